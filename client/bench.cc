@@ -1,0 +1,124 @@
+#include "client/bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "kernels/cpu_transpose.h"
+#include "server/core/status_macros.h"
+
+namespace transpose {
+namespace {
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t index =
+      std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
+  return sorted[index];
+}
+
+}  // namespace
+
+absl::StatusOr<BenchReport> RunBench(Client& client,
+                                     const BenchOptions& options) {
+  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
+                             MatrixBytes(options.dtype, options.shape));
+  if (options.concurrency < 1)
+    return absl::InvalidArgumentError("concurrency must be at least 1");
+
+  std::vector<uint8_t> input(bytes);
+  std::mt19937 rng(42);
+  for (uint8_t& b : input) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> expected;
+  if (options.verify) {
+    expected.resize(bytes);
+    kernels::TransposeArgs args{
+        ElementSize(options.dtype), options.shape.batch, options.shape.rows,
+        options.shape.cols,         input.data(),        expected.data()};
+    TRANSPOSE_RETURN_IF_ERROR(kernels::TransposeOnCpu(args));
+  }
+  const MatrixView view{options.dtype, options.shape, input};
+
+  absl::Mutex mutex;
+  BenchReport report;
+  report.matrix_bytes = bytes;
+  std::vector<double> latencies;
+  double bandwidth_sum = 0, fraction_sum = 0;
+  std::atomic<uint64_t> issued{0};
+  const absl::Time start = absl::Now();
+  const absl::Time end = start + options.duration;
+
+  auto worker = [&] {
+    std::vector<uint8_t> output(bytes);
+    while (true) {
+      if (options.count > 0 ? issued.fetch_add(1) >= options.count
+                            : absl::Now() >= end)
+        break;
+      const absl::Time t0 = absl::Now();
+      absl::StatusOr<TransposeStats> stats =
+          client.TransposeInto(view, absl::MakeSpan(output), options.call);
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+      absl::Status status = stats.status();
+      if (status.ok() && options.verify && output != expected) {
+        status = absl::DataLossError("result differs from the CPU transpose");
+      }
+      absl::MutexLock lock(&mutex);
+      if (!status.ok()) {
+        if (report.errors++ == 0) report.first_error = status;
+        continue;
+      }
+      ++report.requests;
+      latencies.push_back(seconds);
+      bandwidth_sum += stats->bandwidth_bytes_per_second;
+      fraction_sum += stats->peak_fraction;
+      report.backend = stats->backend;
+      report.algorithm = stats->algorithm;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < options.concurrency; ++i) threads.emplace_back(worker);
+  for (std::thread& thread : threads) thread.join();
+
+  report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::sort(latencies.begin(), latencies.end());
+  report.p50_seconds = Percentile(latencies, 0.50);
+  report.p90_seconds = Percentile(latencies, 0.90);
+  report.p99_seconds = Percentile(latencies, 0.99);
+  report.max_seconds = latencies.empty() ? 0 : latencies.back();
+  report.requests_per_second = report.requests / report.seconds;
+  report.bytes_per_second = 2.0 * bytes * report.requests / report.seconds;
+  if (report.requests > 0) {
+    report.kernel_bandwidth_bytes_per_second = bandwidth_sum / report.requests;
+    report.kernel_peak_fraction = fraction_sum / report.requests;
+  }
+  return report;
+}
+
+std::string FormatBenchReport(const BenchOptions& options,
+                              const BenchReport& report) {
+  std::string text = absl::StrFormat(
+      "%s %s, concurrency %d: %d ok, %d errors in %.2f s\n"
+      "throughput  %.1f req/s, %.3f GB/s (sent + received)\n"
+      "latency     p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms\n"
+      "kernel      %s on %s: %.2f GB/s mean, %.1f%% of the device's copy "
+      "bandwidth\n",
+      DataTypeName(options.dtype), ShapeToString(options.shape),
+      options.concurrency, report.requests, report.errors, report.seconds,
+      report.requests_per_second, report.bytes_per_second / 1e9,
+      report.p50_seconds * 1e3, report.p90_seconds * 1e3,
+      report.p99_seconds * 1e3, report.max_seconds * 1e3, report.algorithm,
+      report.backend, report.kernel_bandwidth_bytes_per_second / 1e9,
+      100 * report.kernel_peak_fraction);
+  if (report.errors > 0) {
+    absl::StrAppend(&text, "first error: ", report.first_error.ToString(),
+                    "\n");
+  }
+  return text;
+}
+
+}  // namespace transpose

@@ -1,0 +1,54 @@
+// Closed-loop load from one process: `concurrency` threads, each sending the
+// next request when the last one returns, for a duration or a count. What
+// `transpose bench` runs.
+#ifndef TRANSPOSE_CLIENT_BENCH_H_
+#define TRANSPOSE_CLIENT_BENCH_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+
+namespace transpose {
+
+struct BenchOptions {
+  int concurrency = 1;
+  // Runs for `duration`, unless `count` > 0: then exactly `count` requests.
+  absl::Duration duration = absl::Seconds(10);
+  uint64_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  MatrixShape shape{1, 1024, 1024};
+  CallOptions call;
+  // Checks every result against the CPU transpose.
+  bool verify = false;
+};
+
+struct BenchReport {
+  uint64_t requests = 0;  // Succeeded.
+  uint64_t errors = 0;
+  absl::Status first_error;
+  double seconds = 0;
+  uint64_t matrix_bytes = 0;
+  double requests_per_second = 0;
+  // (bytes sent + bytes received) / seconds.
+  double bytes_per_second = 0;
+  double p50_seconds = 0, p90_seconds = 0, p99_seconds = 0, max_seconds = 0;
+  // Mean server-reported kernel bandwidth and fraction of peak.
+  double kernel_bandwidth_bytes_per_second = 0;
+  double kernel_peak_fraction = 0;
+  std::string backend;
+  std::string algorithm;
+};
+
+absl::StatusOr<BenchReport> RunBench(Client& client,
+                                     const BenchOptions& options);
+
+// Human-readable summary, several lines.
+std::string FormatBenchReport(const BenchOptions& options,
+                              const BenchReport& report);
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_CLIENT_BENCH_H_

@@ -1,0 +1,307 @@
+// transpose: the command-line client. Flags live here only.
+//
+//   transpose transpose --in A.npy --out B.npy
+//   transpose transpose --in A.bin --rows R --cols C --dtype float32 --out
+//   B.bin transpose info | health | bench --concurrency 8 --duration 10s
+//   --shape 1024x1024
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "client/bench.h"
+#include "client/client.h"
+#include "client/npy.h"
+#include "client/progress_bar.h"
+#include "proto/convert.h"
+
+ABSL_FLAG(std::string, server, "localhost:50051",
+          "Server: any gRPC target, e.g. host:port, dns:///svc:50051, "
+          "ipv4:10.0.0.1:50051,10.0.0.2:50051.");
+ABSL_FLAG(absl::Duration, deadline, absl::Minutes(10),
+          "Deadline of each call.");
+ABSL_FLAG(std::string, in, "",
+          "transpose: input file (.npy, or raw with --rows --cols --dtype).");
+ABSL_FLAG(
+    std::string, out, "",
+    "transpose: output file; .npy if the name ends in .npy, else raw bytes.");
+ABSL_FLAG(uint64_t, rows, 0, "transpose: rows of a raw input matrix.");
+ABSL_FLAG(uint64_t, cols, 0, "transpose: columns of a raw input matrix.");
+ABSL_FLAG(uint64_t, batch, 1, "transpose: matrices in a raw input file.");
+ABSL_FLAG(std::string, dtype, "",
+          "Element type: float32, float64, float16, bfloat16, int8, uint8, "
+          "int16, uint16, "
+          "int32, uint32, int64, uint64, complex64, complex128. Required for "
+          "raw input; for "
+          ".npy input, reinterprets elements of the same size; bench default "
+          "float32.");
+ABSL_FLAG(std::string, algorithm, "auto",
+          "Kernel: auto, naive, shared, padded_32 or padded_64 (the last four "
+          "need a GPU "
+          "server).");
+ABSL_FLAG(bool, stream, false, "Use TransposeStream even for small matrices.");
+ABSL_FLAG(bool, progress, true,
+          "Show a progress bar on a terminal for long transfers.");
+ABSL_FLAG(std::string, service, "",
+          "health: the service to check (empty: the whole server).");
+ABSL_FLAG(int, concurrency, 1, "bench: requests in flight.");
+ABSL_FLAG(absl::Duration, duration, absl::Seconds(10),
+          "bench: how long to run.");
+ABSL_FLAG(uint64_t, count, 0,
+          "bench: run exactly this many requests instead of --duration.");
+ABSL_FLAG(std::string, shape, "1024x1024",
+          "bench: ROWSxCOLS or BATCHxROWSxCOLS.");
+ABSL_FLAG(bool, verify, false,
+          "bench: check every result against the CPU transpose.");
+
+namespace transpose {
+namespace {
+
+constexpr int kUsageError = 2;
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "usage error: %s\n(see transpose --help)\n",
+               message.c_str());
+  return kUsageError;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
+  ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_server);
+  options.default_timeout = absl::GetFlag(FLAGS_deadline);
+  return Client::Create(options);
+}
+
+std::optional<kernels::Algorithm> ParseAlgorithm(absl::string_view name) {
+  for (kernels::Algorithm algorithm : kernels::AllAlgorithms()) {
+    if (kernels::AlgorithmName(algorithm) == name) return algorithm;
+  }
+  return std::nullopt;
+}
+
+std::string StatsLine(const TransposeStats& stats) {
+  return absl::StrFormat(
+      "backend %s, kernel %s: %.3f ms, %.2f GB/s, %.1f%% of copy peak; queue "
+      "%.3f ms, copy in "
+      "%.3f ms, copy out %.3f ms, server total %.3f ms",
+      stats.backend, stats.algorithm, stats.kernel_seconds * 1e3,
+      stats.bandwidth_bytes_per_second / 1e9, 100 * stats.peak_fraction,
+      stats.queue_seconds * 1e3, stats.copy_in_seconds * 1e3,
+      stats.copy_out_seconds * 1e3, stats.total_seconds * 1e3);
+}
+
+int RunTranspose() {
+  const std::string in_path = absl::GetFlag(FLAGS_in);
+  const std::string out_path = absl::GetFlag(FLAGS_out);
+  if (in_path.empty() || out_path.empty())
+    return Usage("transpose needs --in and --out");
+  std::optional<DataType> dtype;
+  if (!absl::GetFlag(FLAGS_dtype).empty()) {
+    dtype = DataTypeFromName(absl::GetFlag(FLAGS_dtype));
+    if (!dtype)
+      return Usage(
+          absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype), " is unknown"));
+  }
+  std::optional<kernels::Algorithm> algorithm =
+      ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
+  if (!algorithm)
+    return Usage(absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm),
+                              " is unknown"));
+
+  absl::StatusOr<std::string> contents = ReadFile(in_path);
+  if (!contents.ok()) return Fail(contents.status());
+  MatrixView input;
+  bool batched = false;
+  if (IsNpy(*contents)) {
+    absl::StatusOr<NpyHeader> header = ParseNpyHeader(*contents, dtype);
+    if (!header.ok())
+      return Fail(
+          absl::Status(header.status().code(),
+                       absl::StrCat(in_path, ": ", header.status().message())));
+    input.dtype = header->dtype;
+    input.shape = header->shape;
+    batched = header->batched;
+    input.data = absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(contents->data()) +
+            header->data_offset,
+        contents->size() - header->data_offset);
+  } else {
+    if (!dtype || absl::GetFlag(FLAGS_rows) == 0 ||
+        absl::GetFlag(FLAGS_cols) == 0) {
+      return Usage(absl::StrCat(
+          in_path, " is not a .npy file: give --rows, --cols and --dtype"));
+    }
+    input.dtype = *dtype;
+    input.shape = {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_rows),
+                   absl::GetFlag(FLAGS_cols)};
+    batched = input.shape.batch > 1;
+    input.data = absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(contents->data()), contents->size());
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
+  if (!client.ok()) return Fail(client.status());
+  ProgressBar bar(absl::GetFlag(FLAGS_progress) &&
+                  ProgressBar::StderrIsTerminal());
+  CallOptions call;
+  call.algorithm = *algorithm;
+  call.force_stream = absl::GetFlag(FLAGS_stream);
+  call.on_progress = [&bar](const TransferProgress& p) { bar.Update(p); };
+  absl::StatusOr<TransposeResult> result = (*client)->Transpose(input, call);
+  bar.Done();
+  if (!result.ok()) return Fail(result.status());
+
+  absl::Status written;
+  if (absl::EndsWith(out_path, ".npy")) {
+    written = WriteNpyFile(out_path, result->dtype, result->shape, batched,
+                           result->data);
+  } else {
+    const absl::string_view parts[] = {
+        absl::string_view(reinterpret_cast<const char*>(result->data.data()),
+                          result->data.size())};
+    written = WriteFile(out_path, parts);
+  }
+  if (!written.ok()) return Fail(written);
+  std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n",
+               std::string(DataTypeName(input.dtype)).c_str(),
+               ShapeToString(input.shape).c_str(),
+               ShapeToString(result->shape).c_str(), out_path.c_str(),
+               StatsLine(result->stats).c_str());
+  return 0;
+}
+
+int RunInfo() {
+  absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
+  if (!client.ok()) return Fail(client.status());
+  absl::StatusOr<v1::ServerInfo> info =
+      (*client)->GetServerInfo(absl::GetFlag(FLAGS_deadline));
+  if (!info.ok()) return Fail(info.status());
+  std::printf("server %s at %s\n", info->version().c_str(),
+              absl::GetFlag(FLAGS_server).c_str());
+  for (const v1::Backend& backend : info->backends()) {
+    std::vector<std::string> algorithms;
+    for (int a : backend.algorithms()) {
+      algorithms.emplace_back(
+          kernels::AlgorithmName(static_cast<kernels::Algorithm>(a)));
+    }
+    std::printf(
+        "backend %s: %s, %s, %u streams, %.1f GiB, copy bandwidth %.1f GB/s, "
+        "algorithms %s\n",
+        backend.name().c_str(), backend.device_name().c_str(),
+        backend.healthy() ? "healthy" : "UNHEALTHY", backend.streams(),
+        backend.total_memory_bytes() / 1073741824.0,
+        backend.calibrated_copy_bandwidth_bytes_per_second() / 1e9,
+        absl::StrJoin(algorithms, ", ").c_str());
+  }
+  const v1::Limits& limits = info->limits();
+  std::printf(
+      "limits: unary message %.1f MiB, streamed matrix %.1f MiB, response "
+      "chunk %.1f MiB\n",
+      limits.max_message_bytes() / 1048576.0,
+      limits.max_matrix_bytes() / 1048576.0,
+      limits.response_chunk_bytes() / 1048576.0);
+  return 0;
+}
+
+int RunHealth() {
+  absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
+  if (!client.ok()) return Fail(client.status());
+  const std::string service = absl::GetFlag(FLAGS_service);
+  absl::StatusOr<bool> serving =
+      (*client)->CheckHealth(service, absl::GetFlag(FLAGS_deadline));
+  if (!serving.ok()) return Fail(serving.status());
+  std::printf("%s%s\n", *serving ? "SERVING" : "NOT_SERVING",
+              service.empty() ? "" : absl::StrCat(" (", service, ")").c_str());
+  return *serving ? 0 : 1;
+}
+
+int RunBenchCommand() {
+  BenchOptions options;
+  options.concurrency = absl::GetFlag(FLAGS_concurrency);
+  options.duration = absl::GetFlag(FLAGS_duration);
+  options.count = absl::GetFlag(FLAGS_count);
+  options.verify = absl::GetFlag(FLAGS_verify);
+  options.call.force_stream = absl::GetFlag(FLAGS_stream);
+  if (!absl::GetFlag(FLAGS_dtype).empty()) {
+    std::optional<DataType> dtype =
+        DataTypeFromName(absl::GetFlag(FLAGS_dtype));
+    if (!dtype)
+      return Usage(
+          absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype), " is unknown"));
+    options.dtype = *dtype;
+  }
+  std::optional<kernels::Algorithm> algorithm =
+      ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
+  if (!algorithm)
+    return Usage(absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm),
+                              " is unknown"));
+  options.call.algorithm = *algorithm;
+  std::vector<uint64_t> dims;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_shape), 'x')) {
+    uint64_t dim;
+    if (!absl::SimpleAtoi(part, &dim))
+      return Usage("--shape must be ROWSxCOLS or BATCHxROWSxCOLS");
+    dims.push_back(dim);
+  }
+  if (dims.size() == 2) {
+    options.shape = {1, dims[0], dims[1]};
+  } else if (dims.size() == 3) {
+    options.shape = {dims[0], dims[1], dims[2]};
+  } else {
+    return Usage("--shape must be ROWSxCOLS or BATCHxROWSxCOLS");
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
+  if (!client.ok()) return Fail(client.status());
+  absl::StatusOr<BenchReport> report = RunBench(**client, options);
+  if (!report.ok()) return Fail(report.status());
+  std::printf("%s", FormatBenchReport(options, *report).c_str());
+  return report->errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace transpose
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Client of the transpose service.\n"
+      "Usage: transpose COMMAND [flags]\n"
+      "  transpose --in A.npy --out B.npy       transpose a matrix (or a 3-D "
+      "batch)\n"
+      "  info                                    show the server's devices and "
+      "limits\n"
+      "  health [--service NAME]                 exit 0 when the server is "
+      "SERVING\n"
+      "  bench [--concurrency N] [--duration D | --count N] [--shape RxC] "
+      "[--dtype T]\n"
+      "Common flags: --server TARGET --deadline D");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() != 2) {
+    return transpose::Usage(
+        "expected one command: transpose, info, health or bench");
+  }
+  const std::string command = positional[1];
+  if (command == "transpose") return transpose::RunTranspose();
+  if (command == "info") return transpose::RunInfo();
+  if (command == "health") return transpose::RunHealth();
+  if (command == "bench") return transpose::RunBenchCommand();
+  return transpose::Usage(absl::StrCat("unknown command '", command, "'"));
+}

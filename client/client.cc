@@ -1,0 +1,261 @@
+#include "client/client.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "proto/convert.h"
+#include "server/core/status_macros.h"
+
+namespace transpose {
+namespace {
+
+void FillHeader(const MatrixView& input, const CallOptions& call,
+                v1::TransposeRequest& request) {
+  request.set_dtype(api::ToProto(input.dtype));
+  api::ToProto(input.shape, *request.mutable_shape());
+  request.set_algorithm(api::ToProto(call.algorithm));
+}
+
+// Checks that a response header describes the transpose of `input`.
+absl::Status CheckResponseHeader(const MatrixView& input,
+                                 const v1::TransposeResponse& response) {
+  const MatrixShape want = input.shape.Transposed();
+  const MatrixShape got = api::FromProto(response.shape());
+  if (api::FromProto(response.dtype()) != input.dtype || got != want) {
+    return absl::DataLossError(absl::StrFormat(
+        "server answered %s %s, expected %s %s",
+        DataTypeName(api::FromProto(response.dtype())), ShapeToString(got),
+        DataTypeName(input.dtype), ShapeToString(want)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(
+    const ClientOptions& options) {
+  if (options.target.empty())
+    return absl::InvalidArgumentError("no server target given");
+  if (options.chunk_bytes == 0)
+    return absl::InvalidArgumentError("chunk_bytes is 0");
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  if (!options.load_balancing_policy.empty()) {
+    args.SetLoadBalancingPolicyName(options.load_balancing_policy);
+  }
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      options.target, grpc::InsecureChannelCredentials(), args);
+  if (channel == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot use target ", options.target));
+  }
+  return std::unique_ptr<Client>(new Client(options, std::move(channel)));
+}
+
+Client::Client(const ClientOptions& options,
+               std::shared_ptr<grpc::Channel> channel)
+    : options_(options),
+      channel_(std::move(channel)),
+      stub_(v1::TransposeService::NewStub(channel_)) {}
+
+void Client::SetDeadline(grpc::ClientContext& context,
+                         absl::Duration timeout) const {
+  if (timeout <= absl::ZeroDuration()) timeout = options_.default_timeout;
+  if (timeout != absl::InfiniteDuration()) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+}
+
+absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
+                                                  const CallOptions& call) {
+  TransposeResult result;
+  result.dtype = input.dtype;
+  result.shape = input.shape.Transposed();
+  result.data.resize(input.data.size());
+  TRANSPOSE_ASSIGN_OR_RETURN(
+      result.stats, TransposeInto(input, absl::MakeSpan(result.data), call));
+  return result;
+}
+
+absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
+                                                     absl::Span<uint8_t> output,
+                                                     const CallOptions& call) {
+  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
+                             MatrixBytes(input.dtype, input.shape));
+  if (input.data.size() != bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "input holds %d bytes; %s %s needs %d", input.data.size(),
+        DataTypeName(input.dtype), ShapeToString(input.shape), bytes));
+  }
+  if (output.size() != bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "output holds %d bytes; the result needs %d", output.size(), bytes));
+  }
+  if (!call.force_stream && bytes <= options_.unary_max_bytes) {
+    return Unary(input, output, call);
+  }
+  return Stream(input, output, call);
+}
+
+absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
+                                             absl::Span<uint8_t> output,
+                                             const CallOptions& call) {
+  v1::TransposeRequest request;
+  FillHeader(input, call, request);
+  request.set_data(input.data.data(), input.data.size());
+  v1::TransposeResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context, call.timeout);
+  TRANSPOSE_RETURN_IF_ERROR(
+      api::FromGrpcStatus(stub_->Transpose(&context, request, &response)));
+  TRANSPOSE_RETURN_IF_ERROR(CheckResponseHeader(input, response));
+  if (response.data().size() != output.size()) {
+    return absl::DataLossError(
+        absl::StrFormat("server returned %d bytes, expected %d",
+                        response.data().size(), output.size()));
+  }
+  std::memcpy(output.data(), response.data().data(), output.size());
+  if (call.on_progress)
+    call.on_progress({output.size(), output.size(), output.size()});
+  return api::FromProto(response.stats());
+}
+
+absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
+                                              absl::Span<uint8_t> output,
+                                              const CallOptions& call) {
+  grpc::ClientContext context;
+  SetDeadline(context, call.timeout);
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::TransposeRequest, v1::TransposeResponse>>
+      stream = stub_->TransposeStream(&context);
+  TransferProgress progress;
+  progress.total_bytes = input.data.size();
+
+  // Send everything, then read: the server answers only once it has the whole
+  // matrix.
+  v1::TransposeRequest request;
+  FillHeader(input, call, request);
+  bool sending = true;
+  for (uint64_t offset = 0; sending && offset < input.data.size();) {
+    const uint64_t n =
+        std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
+    request.set_data(input.data.data() + offset, n);
+    sending = stream->Write(request);
+    request.Clear();
+    offset += n;
+    progress.sent_bytes = offset;
+    if (sending && call.on_progress) call.on_progress(progress);
+  }
+  if (sending) stream->WritesDone();
+
+  v1::TransposeResponse response;
+  TransposeStats stats;
+  bool have_header = false;
+  bool have_stats = false;
+  absl::Status protocol = absl::OkStatus();
+  while (stream->Read(&response)) {
+    if (!protocol.ok()) continue;  // Drain so Finish returns.
+    if (!have_header) {
+      protocol = CheckResponseHeader(input, response);
+      have_header = true;
+    }
+    const std::string& data = response.data();
+    if (data.size() > output.size() - progress.received_bytes) {
+      protocol = absl::DataLossError(
+          "server returned more bytes than the result holds");
+      continue;
+    }
+    std::memcpy(output.data() + progress.received_bytes, data.data(),
+                data.size());
+    progress.received_bytes += data.size();
+    if (response.has_stats()) {
+      stats = api::FromProto(response.stats());
+      have_stats = true;
+    }
+    if (call.on_progress && !data.empty()) call.on_progress(progress);
+  }
+  TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(stream->Finish()));
+  TRANSPOSE_RETURN_IF_ERROR(protocol);
+  if (progress.received_bytes != output.size() || !have_stats) {
+    return absl::DataLossError(
+        absl::StrFormat("server ended the stream after %d of %d bytes%s",
+                        progress.received_bytes, output.size(),
+                        have_stats ? "" : " without stats"));
+  }
+  return stats;
+}
+
+absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  v1::ServerInfo info;
+  TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(
+      stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info)));
+  return info;
+}
+
+absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
+                                         absl::Duration timeout) {
+  // grpc.health.v1.HealthCheckRequest{string service = 1}, encoded by hand:
+  // Debian's gRPC ships no generated health stub, and the message is one field.
+  std::string request_bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&request_bytes);
+    google::protobuf::io::CodedOutputStream out(&raw);
+    if (!service.empty()) {
+      out.WriteTag(1 << 3 | 2);
+      out.WriteVarint32(static_cast<uint32_t>(service.size()));
+      out.WriteString(service);
+    }
+  }
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  grpc::GenericStub stub(channel_);
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
+
+  // HealthCheckResponse{ServingStatus status = 1}; SERVING is 1.
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok())
+    return absl::DataLossError("unreadable health response");
+  std::string bytes;
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t*>(bytes.data()),
+      static_cast<int>(bytes.size()));
+  uint32_t serving_status = 0;
+  while (uint32_t tag = in.ReadTag()) {
+    if (tag == (1 << 3 | 0)) {
+      if (!in.ReadVarint32(&serving_status)) break;
+    } else if (!google::protobuf::internal::WireFormatLite::SkipField(&in,
+                                                                      tag)) {
+      return absl::DataLossError("malformed health response");
+    }
+  }
+  return serving_status == 1;
+}
+
+}  // namespace transpose

@@ -1,0 +1,115 @@
+// The C++ client library of the transpose service. A Client is cheap to share:
+// every method is safe to call from many threads at once over the one channel.
+#ifndef TRANSPOSE_CLIENT_CLIENT_H_
+#define TRANSPOSE_CLIENT_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kernels/transpose_args.h"
+#include "server/core/matrix.h"
+#include "server/core/stats.h"
+#include "transpose/v1/transpose.grpc.pb.h"
+
+namespace transpose {
+
+struct ClientOptions {
+  // Any gRPC target: "host:port", "dns:///svc:50051",
+  // "ipv4:10.0.0.1:50051,10.0.0.2:50051".
+  std::string target;
+  // Load-balancing policy across the target's addresses.
+  std::string load_balancing_policy = "round_robin";
+  // Requests up to this size go in one unary message; larger ones stream.
+  uint64_t unary_max_bytes = uint64_t{1} << 20;
+  // Data bytes per TransposeStream request message.
+  uint64_t chunk_bytes = uint64_t{1} << 20;
+  // Deadline for calls that do not set their own.
+  absl::Duration default_timeout = absl::Minutes(10);
+};
+
+// A matrix in the caller's memory: `data` holds exactly shape's elements of
+// dtype, row-major.
+struct MatrixView {
+  DataType dtype = DataType::kUnspecified;
+  MatrixShape shape;
+  absl::Span<const uint8_t> data;
+};
+
+// How far a call has got, in bytes each way.
+struct TransferProgress {
+  uint64_t sent_bytes = 0;
+  uint64_t received_bytes = 0;
+  uint64_t total_bytes = 0;  // Each way.
+};
+
+struct CallOptions {
+  kernels::Algorithm algorithm = kernels::Algorithm::kAuto;
+  // 0: the client's default_timeout.
+  absl::Duration timeout = absl::ZeroDuration();
+  // Streams even when the matrix would fit a unary message.
+  bool force_stream = false;
+  // Called after each chunk sent or received, on the calling thread.
+  std::function<void(const TransferProgress&)> on_progress;
+};
+
+struct TransposeResult {
+  DataType dtype = DataType::kUnspecified;
+  MatrixShape shape;  // (batch, cols, rows) of the input.
+  std::vector<uint8_t> data;
+  TransposeStats stats;
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Create(
+      const ClientOptions& options);
+
+  // Transposes `input`; the server's status on failure (INVALID_ARGUMENT,
+  // RESOURCE_EXHAUSTED, ...), INVALID_ARGUMENT before sending anything when
+  // `input` is inconsistent.
+  absl::StatusOr<TransposeResult> Transpose(const MatrixView& input,
+                                            const CallOptions& call = {});
+
+  // As Transpose, writing the result into `output` (exactly as many bytes as
+  // the input).
+  absl::StatusOr<TransposeStats> TransposeInto(const MatrixView& input,
+                                               absl::Span<uint8_t> output,
+                                               const CallOptions& call = {});
+
+  absl::StatusOr<v1::ServerInfo> GetServerInfo(
+      absl::Duration timeout = absl::Seconds(10));
+
+  // The standard gRPC health check: true when `service` ("" for the whole
+  // server) is SERVING.
+  absl::StatusOr<bool> CheckHealth(const std::string& service = "",
+                                   absl::Duration timeout = absl::Seconds(5));
+
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+ private:
+  Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
+
+  absl::StatusOr<TransposeStats> Unary(const MatrixView& input,
+                                       absl::Span<uint8_t> output,
+                                       const CallOptions& call);
+  absl::StatusOr<TransposeStats> Stream(const MatrixView& input,
+                                        absl::Span<uint8_t> output,
+                                        const CallOptions& call);
+  void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) const;
+
+  const ClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::TransposeService::Stub> stub_;
+};
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_CLIENT_CLIENT_H_

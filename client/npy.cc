@@ -1,0 +1,265 @@
+#include "client/npy.h"
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "server/core/status_macros.h"
+
+namespace transpose {
+namespace {
+
+constexpr absl::string_view kMagic("\x93NUMPY", 6);
+
+struct DescrEntry {
+  DataType dtype;
+  absl::string_view descr;
+};
+
+constexpr std::array<DescrEntry, 14> kDescrs = {{
+    {DataType::kFloat32, "<f4"},
+    {DataType::kFloat64, "<f8"},
+    {DataType::kFloat16, "<f2"},
+    {DataType::kBFloat16, "|V2"},
+    {DataType::kInt8, "|i1"},
+    {DataType::kUInt8, "|u1"},
+    {DataType::kInt16, "<i2"},
+    {DataType::kUInt16, "<u2"},
+    {DataType::kInt32, "<i4"},
+    {DataType::kUInt32, "<u4"},
+    {DataType::kInt64, "<i8"},
+    {DataType::kUInt64, "<u8"},
+    {DataType::kComplex64, "<c8"},
+    {DataType::kComplex128, "<c16"},
+}};
+
+absl::Status Invalid(absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("not a usable .npy file: ", what));
+}
+
+// The Python literal that follows 'key': in the header dict, up to the matching
+// delimiter.
+absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
+                                            absl::string_view key) {
+  const std::string quoted = absl::StrCat("'", key, "'");
+  size_t at = dict.find(quoted);
+  if (at == absl::string_view::npos)
+    return Invalid(absl::StrCat("header has no ", key));
+  absl::string_view rest = dict.substr(at + quoted.size());
+  rest = absl::StripLeadingAsciiWhitespace(rest);
+  if (!absl::ConsumePrefix(&rest, ":"))
+    return Invalid("header dict does not parse");
+  rest = absl::StripLeadingAsciiWhitespace(rest);
+  if (rest.empty()) return Invalid("header dict does not parse");
+  size_t end;
+  if (rest[0] == '\'' || rest[0] == '"') {
+    end = rest.find(rest[0], 1);
+    if (end == absl::string_view::npos)
+      return Invalid("unterminated string in header");
+    return rest.substr(1, end - 1);
+  }
+  if (rest[0] == '(') {
+    end = rest.find(')');
+    if (end == absl::string_view::npos)
+      return Invalid("unterminated shape in header");
+    return rest.substr(1, end - 1);
+  }
+  end = rest.find_first_of(",}");
+  return absl::StripTrailingAsciiWhitespace(rest.substr(0, end));
+}
+
+absl::StatusOr<DataType> DtypeOfDescr(absl::string_view descr) {
+  std::string normalized(descr);
+  // Native and little-endian are the same here; one-byte types have no order.
+  if (!normalized.empty() && normalized[0] == '=') normalized[0] = '<';
+  if (normalized.size() == 3 && normalized[2] == '1') normalized[0] = '|';
+  if (normalized == "<V2") normalized = "|V2";
+  for (const DescrEntry& entry : kDescrs) {
+    if (entry.descr == normalized) return entry.dtype;
+  }
+  if (!descr.empty() && descr[0] == '>') {
+    return Invalid(absl::StrCat(
+        "dtype '", descr,
+        "' is big-endian; convert with a.astype(a.dtype.newbyteorder('<'))"));
+  }
+  return Invalid(absl::StrCat("dtype '", descr, "' is not supported"));
+}
+
+}  // namespace
+
+absl::string_view NpyDescr(DataType dtype) {
+  for (const DescrEntry& entry : kDescrs) {
+    if (entry.dtype == dtype) return entry.descr;
+  }
+  return "";
+}
+
+bool IsNpy(absl::string_view file) { return absl::StartsWith(file, kMagic); }
+
+absl::StatusOr<NpyHeader> ParseNpyHeader(
+    absl::string_view file, std::optional<DataType> dtype_override) {
+  if (!IsNpy(file)) return Invalid("no \\x93NUMPY magic");
+  if (file.size() < 10) return Invalid("truncated header");
+  const int major = static_cast<uint8_t>(file[6]);
+  size_t header_len;
+  size_t prefix;
+  if (major == 1) {
+    header_len = static_cast<uint8_t>(file[8]) | static_cast<uint8_t>(file[9])
+                                                     << 8;
+    prefix = 10;
+  } else if (major == 2 || major == 3) {
+    if (file.size() < 12) return Invalid("truncated header");
+    header_len = 0;
+    for (int i = 3; i >= 0; --i)
+      header_len = header_len << 8 | static_cast<uint8_t>(file[8 + i]);
+    prefix = 12;
+  } else {
+    return Invalid(absl::StrCat("format version ", major, " is unknown"));
+  }
+  if (file.size() < prefix + header_len) return Invalid("truncated header");
+  const absl::string_view dict = file.substr(prefix, header_len);
+
+  NpyHeader header;
+  header.data_offset = prefix + header_len;
+  TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view descr, DictValue(dict, "descr"));
+  TRANSPOSE_ASSIGN_OR_RETURN(header.dtype, DtypeOfDescr(descr));
+  TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view fortran,
+                             DictValue(dict, "fortran_order"));
+  if (fortran != "False") {
+    return Invalid(
+        "array is in Fortran order; save np.ascontiguousarray(a) instead");
+  }
+  TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view shape_text,
+                             DictValue(dict, "shape"));
+  std::vector<uint64_t> dims;
+  for (absl::string_view part :
+       absl::StrSplit(shape_text, ',', absl::SkipWhitespace())) {
+    uint64_t dim;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim)) {
+      return Invalid(absl::StrCat("shape (", shape_text, ") does not parse"));
+    }
+    dims.push_back(dim);
+  }
+  if (dims.size() == 2) {
+    header.shape = {1, dims[0], dims[1]};
+  } else if (dims.size() == 3) {
+    header.shape = {dims[0], dims[1], dims[2]};
+    header.batched = true;
+  } else {
+    return Invalid(
+        absl::StrCat("array has ", dims.size(),
+                     " dimensions; a matrix has 2, a batch of matrices 3"));
+  }
+
+  if (dtype_override.has_value()) {
+    if (ElementSize(*dtype_override) != ElementSize(header.dtype)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--dtype %s has %d-byte elements; the file's %s has %d",
+          DataTypeName(*dtype_override), ElementSize(*dtype_override),
+          DataTypeName(header.dtype), ElementSize(header.dtype)));
+    }
+    header.dtype = *dtype_override;
+  }
+  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
+                             MatrixBytes(header.dtype, header.shape));
+  if (file.size() - header.data_offset != bytes) {
+    return Invalid(
+        absl::StrFormat("header declares %d data bytes, the file holds %d",
+                        bytes, file.size() - header.data_offset));
+  }
+  return header;
+}
+
+std::string FormatNpyHeader(DataType dtype, const MatrixShape& shape,
+                            bool batched) {
+  std::string dict = absl::StrFormat(
+      "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+      NpyDescr(dtype),
+      batched ? absl::StrCat(shape.batch, ", ", shape.rows, ", ", shape.cols)
+              : absl::StrCat(shape.rows, ", ", shape.cols));
+  // Pad with spaces and end with a newline so the data starts on a 64-byte
+  // boundary.
+  const bool v2 = dict.size() + 11 > 65535;
+  const size_t prefix = v2 ? 12 : 10;
+  const size_t total = (prefix + dict.size() + 1 + 63) / 64 * 64;
+  dict.append(total - prefix - dict.size() - 1, ' ');
+  dict.push_back('\n');
+  std::string header(kMagic);
+  header.push_back(static_cast<char>(v2 ? 2 : 1));
+  header.push_back(0);
+  const size_t len = dict.size();
+  header.push_back(static_cast<char>(len & 0xff));
+  header.push_back(static_cast<char>(len >> 8 & 0xff));
+  if (v2) {
+    header.push_back(static_cast<char>(len >> 16 & 0xff));
+    header.push_back(static_cast<char>(len >> 24 & 0xff));
+  }
+  return header + dict;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  const std::streamsize size = in.tellg();
+  std::string contents(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(contents.data(), size)) {
+    return absl::DataLossError(absl::StrCat("cannot read ", path));
+  }
+  return contents;
+}
+
+absl::Status WriteFile(const std::string& path,
+                       absl::Span<const absl::string_view> parts) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  for (absl::string_view part : parts)
+    out.write(part.data(), static_cast<std::streamsize>(part.size()));
+  out.close();
+  if (!out)
+    return absl::DataLossError(absl::StrCat("writing ", path, " failed"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NpyFile> ReadNpyFile(const std::string& path,
+                                    std::optional<DataType> dtype_override) {
+  NpyFile file;
+  TRANSPOSE_ASSIGN_OR_RETURN(file.contents, ReadFile(path));
+  absl::StatusOr<NpyHeader> header =
+      ParseNpyHeader(file.contents, dtype_override);
+  if (!header.ok()) {
+    return absl::Status(header.status().code(),
+                        absl::StrCat(path, ": ", header.status().message()));
+  }
+  file.header = *header;
+  return file;
+}
+
+absl::Status WriteNpyFile(const std::string& path, DataType dtype,
+                          const MatrixShape& shape, bool batched,
+                          absl::Span<const uint8_t> data) {
+  const std::string header = FormatNpyHeader(dtype, shape, batched);
+  const absl::string_view parts[] = {
+      header, absl::string_view(reinterpret_cast<const char*>(data.data()),
+                                data.size())};
+  return WriteFile(path, parts);
+}
+
+}  // namespace transpose

@@ -1,0 +1,73 @@
+// NumPy .npy files (format versions 1.0 to 3.0) holding a 2-D matrix or a 3-D
+// batch of them, for every data type of the API. bfloat16, which NumPy lacks,
+// is written as 2-byte void ('|V2'), the form ml_dtypes arrays take, and such
+// files read back as bfloat16.
+#ifndef TRANSPOSE_CLIENT_NPY_H_
+#define TRANSPOSE_CLIENT_NPY_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "server/core/matrix.h"
+
+namespace transpose {
+
+struct NpyHeader {
+  DataType dtype = DataType::kUnspecified;
+  MatrixShape shape;
+  // True when the file's shape was 3-D; a 2-D file reads as batch 1.
+  bool batched = false;
+  // Where the elements start in the file.
+  size_t data_offset = 0;
+};
+
+// A whole .npy file in memory.
+struct NpyFile {
+  NpyHeader header;
+  std::string contents;
+  absl::Span<const uint8_t> data() const {
+    return {
+        reinterpret_cast<const uint8_t*>(contents.data()) + header.data_offset,
+        contents.size() - header.data_offset};
+  }
+};
+
+// The descr NumPy writes for `dtype` ("<f4", "|u1", ...).
+absl::string_view NpyDescr(DataType dtype);
+
+// Parses the header of a whole .npy file and checks the data size against it.
+// INVALID_ARGUMENT names what is wrong: bad magic, a header that does not
+// parse, Fortran order, big-endian or unsupported dtypes, other than 2 or 3
+// dimensions, or a data size that does not match. `dtype_override` reinterprets
+// the elements as another type of the same size.
+absl::StatusOr<NpyHeader> ParseNpyHeader(
+    absl::string_view file,
+    std::optional<DataType> dtype_override = std::nullopt);
+
+// The header bytes of a .npy file holding `shape` of `dtype` (2-D when
+// !batched); the elements follow it.
+std::string FormatNpyHeader(DataType dtype, const MatrixShape& shape,
+                            bool batched);
+
+// Whether `file` starts with the .npy magic.
+bool IsNpy(absl::string_view file);
+
+absl::StatusOr<NpyFile> ReadNpyFile(
+    const std::string& path,
+    std::optional<DataType> dtype_override = std::nullopt);
+absl::Status WriteNpyFile(const std::string& path, DataType dtype,
+                          const MatrixShape& shape, bool batched,
+                          absl::Span<const uint8_t> data);
+
+// Whole-file helpers for raw matrices.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+absl::Status WriteFile(const std::string& path,
+                       absl::Span<const absl::string_view> parts);
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_CLIENT_NPY_H_

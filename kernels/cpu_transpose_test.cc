@@ -1,0 +1,89 @@
+#include "kernels/cpu_transpose.h"
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace transpose::kernels {
+namespace {
+
+// The definition of a transpose, element by element, independent of the blocked
+// code.
+std::vector<uint8_t> Reference(const std::vector<uint8_t>& in, size_t size,
+                               uint64_t batch, uint64_t rows, uint64_t cols) {
+  std::vector<uint8_t> out(in.size());
+  for (uint64_t b = 0; b < batch; ++b) {
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (uint64_t c = 0; c < cols; ++c) {
+        std::memcpy(&out[((b * cols + c) * rows + r) * size],
+                    &in[((b * rows + r) * cols + c) * size], size);
+      }
+    }
+  }
+  return out;
+}
+
+struct Case {
+  uint64_t batch, rows, cols;
+};
+
+TEST(CpuTransposeTest, MatchesReferenceForEveryElementSizeAndShape) {
+  std::mt19937 rng(1);
+  for (size_t size : {1, 2, 4, 8, 16}) {
+    for (Case c : {Case{1, 1, 1}, Case{1, 1, 1000}, Case{1, 1000, 1},
+                   Case{1, 31, 33}, Case{1, 64, 64}, Case{1, 127, 65},
+                   Case{3, 65, 129}, Case{5, 1, 7}, Case{1, 613, 1031}}) {
+      std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
+      for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> out(in.size(), 0xA5);
+      TransposeArgs args{size, c.batch, c.rows, c.cols, in.data(), out.data()};
+      ASSERT_TRUE(TransposeOnCpu(args).ok());
+      EXPECT_EQ(out, Reference(in, size, c.batch, c.rows, c.cols))
+          << size << "-byte " << c.batch << "x" << c.rows << "x" << c.cols;
+    }
+  }
+}
+
+TEST(CpuTransposeTest, ThreadCountDoesNotChangeTheResult) {
+  std::vector<uint8_t> in(4 * 1031 * 1029);
+  std::mt19937 rng(2);
+  for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+  const std::vector<uint8_t> expected = Reference(in, 4, 1, 1031, 1029);
+  for (int threads : {1, 2, 3, 8}) {
+    std::vector<uint8_t> out(in.size(), 0);
+    ASSERT_TRUE(
+        TransposeOnCpu({4, 1, 1031, 1029, in.data(), out.data()}, threads)
+            .ok());
+    EXPECT_EQ(out, expected) << threads << " threads";
+  }
+}
+
+TEST(CpuTransposeTest, RejectsBadArgs) {
+  std::vector<uint8_t> a(64), b(64);
+  EXPECT_EQ(TransposeOnCpu({3, 1, 4, 4, a.data(), b.data()}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransposeOnCpu({4, 1, 0, 4, a.data(), b.data()}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransposeOnCpu({4, 1, 4, 4, nullptr, b.data()}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransposeOnCpu({4, 1, 4, 4, a.data(), a.data() + 4}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransposeOnCpu({4, 1, uint64_t{1} << 40, uint64_t{1} << 40,
+                            a.data(), b.data()})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuTransposeTest, ParallelMemcpyCopiesEverything) {
+  std::vector<uint8_t> src((3 << 20) + 7), dst(src.size(), 0);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<uint8_t>(i * 7 + 1);
+  ParallelMemcpy(dst.data(), src.data(), src.size(), 3);
+  EXPECT_EQ(dst, src);
+}
+
+}  // namespace
+}  // namespace transpose::kernels

@@ -1,0 +1,33 @@
+// The boundary between the nvcc-compiled kernels and the host library that
+// wraps them in absl types (nvcc never sees Abseil). Internal to kernels/.
+#ifndef TRANSPOSE_KERNELS_GPU_LAUNCH_H_
+#define TRANSPOSE_KERNELS_GPU_LAUNCH_H_
+
+#include <cstddef>
+
+#include "kernels/transpose_args.h"
+
+namespace transpose::kernels::internal {
+
+// Identifies one compiled kernel family.
+enum class Kernel : int {
+  kNaive,
+  kShared,
+  kPadded32,
+  kPadded64,
+  // tile[64][65] with 64x8 threads: each thread moves 8 elements, more loads in
+  // flight per warp.
+  kPadded64x8,
+};
+
+// Dynamic shared memory `kernel` needs per block for `element_size`-byte
+// elements.
+size_t SharedMemoryBytes(Kernel kernel, size_t element_size);
+
+// Launches `kernel` on `stream`; returns the cudaError_t of the launch as an
+// int (0 on success).
+int Launch(Kernel kernel, const TransposeArgs& args, void* stream);
+
+}  // namespace transpose::kernels::internal
+
+#endif  // TRANSPOSE_KERNELS_GPU_LAUNCH_H_

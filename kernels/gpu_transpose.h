@@ -1,0 +1,30 @@
+// The GPU transpose kernels, behind an interface with no CUDA types: a caller
+// passes device pointers in TransposeArgs and its cudaStream_t as an opaque
+// pointer. Kernels never allocate or synchronise; every launch is checked.
+#ifndef TRANSPOSE_KERNELS_GPU_TRANSPOSE_H_
+#define TRANSPOSE_KERNELS_GPU_TRANSPOSE_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/transpose_args.h"
+
+namespace transpose::kernels {
+
+// The name of the kernel `algorithm` runs for `args` (for kAuto, the kernel it
+// picks). A small, fixed set of names, fit for metric labels.
+absl::string_view KernelName(Algorithm algorithm, const TransposeArgs& args);
+
+// OK when `algorithm` can run `args` on the current device: CheckArgs holds and
+// the kernel's shared memory fits the device. INVALID_ARGUMENT or UNIMPLEMENTED
+// otherwise.
+absl::Status CanImplement(Algorithm algorithm, const TransposeArgs& args);
+
+// Enqueues the transpose on `cuda_stream` (a cudaStream_t; nullptr is the
+// legacy default stream) of the current device. Returns INTERNAL with CUDA's
+// message if the launch failed.
+absl::Status LaunchTranspose(Algorithm algorithm, const TransposeArgs& args,
+                             void* cuda_stream);
+
+}  // namespace transpose::kernels
+
+#endif  // TRANSPOSE_KERNELS_GPU_TRANSPOSE_H_

@@ -1,0 +1,69 @@
+#include "kernels/transpose_args.h"
+
+#include <array>
+#include <cstdint>
+
+#include "absl/strings/str_format.h"
+
+namespace transpose::kernels {
+namespace {
+
+constexpr std::array<Algorithm, 5> kAllAlgorithms = {
+    Algorithm::kAuto, Algorithm::kNaive, Algorithm::kShared,
+    Algorithm::kPadded32, Algorithm::kPadded64};
+
+}  // namespace
+
+absl::Span<const Algorithm> AllAlgorithms() { return kAllAlgorithms; }
+
+absl::string_view AlgorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kNaive:
+      return "naive";
+    case Algorithm::kShared:
+      return "shared";
+    case Algorithm::kPadded32:
+      return "padded_32";
+    case Algorithm::kPadded64:
+      return "padded_64";
+  }
+  return "unknown";
+}
+
+absl::Status CheckArgs(const TransposeArgs& args) {
+  switch (args.element_size) {
+    case 1:
+    case 2:
+    case 4:
+    case 8:
+    case 16:
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "element size %d is not 1, 2, 4, 8 or 16", args.element_size));
+  }
+  if (args.batch == 0 || args.rows == 0 || args.cols == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("zero dimension: batch=%d rows=%d cols=%d", args.batch,
+                        args.rows, args.cols));
+  }
+  uint64_t bytes = args.element_size;
+  for (uint64_t dim : {args.batch, args.rows, args.cols}) {
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) {
+      return absl::InvalidArgumentError("matrix size overflows 64 bits");
+    }
+  }
+  if (args.input == nullptr || args.output == nullptr) {
+    return absl::InvalidArgumentError("null input or output buffer");
+  }
+  const auto in = reinterpret_cast<uintptr_t>(args.input);
+  const auto out = reinterpret_cast<uintptr_t>(args.output);
+  if (in < out + bytes && out < in + bytes) {
+    return absl::InvalidArgumentError("input and output buffers overlap");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace transpose::kernels

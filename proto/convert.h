@@ -1,0 +1,38 @@
+// The one mapping between the API's messages and status codes and the core
+// types, shared by the server's gRPC layer and the client library. The engine
+// never sees the API's types.
+#ifndef TRANSPOSE_PROTO_CONVERT_H_
+#define TRANSPOSE_PROTO_CONVERT_H_
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/transpose_args.h"
+#include "server/core/matrix.h"
+#include "server/core/stats.h"
+#include "transpose/v1/transpose.pb.h"
+
+namespace transpose::api {
+
+// Unknown enum values map to core values outside the core enums, which
+// validation rejects with a message that names the number.
+DataType FromProto(v1::DataType dtype);
+v1::DataType ToProto(DataType dtype);
+kernels::Algorithm FromProto(v1::Algorithm algorithm);
+v1::Algorithm ToProto(kernels::Algorithm algorithm);
+
+// batch 0 means 1.
+MatrixShape FromProto(const v1::MatrixShape& shape);
+void ToProto(const MatrixShape& shape, v1::MatrixShape& proto);
+
+TransposeStats FromProto(const v1::TransposeStats& stats);
+void ToProto(const TransposeStats& stats, v1::TransposeStats& proto);
+
+// Status codes are numbered alike in Abseil and gRPC.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace transpose::api
+
+#endif  // TRANSPOSE_PROTO_CONVERT_H_

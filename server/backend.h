@@ -1,0 +1,93 @@
+// The interfaces between the engine and the devices it transposes on.
+// Implementations: CpuBackend, CudaBackend (one per GPU), and fakes in tests.
+// No transport types.
+#ifndef TRANSPOSE_SERVER_BACKEND_H_
+#define TRANSPOSE_SERVER_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/transpose_args.h"
+#include "server/core/matrix.h"
+#include "server/core/stats.h"
+
+namespace transpose {
+
+// What to transpose; the data arrives separately, into TransposeJob::input().
+struct TransposeSpec {
+  DataType dtype = DataType::kUnspecified;
+  MatrixShape shape;
+  kernels::Algorithm algorithm = kernels::Algorithm::kAuto;
+
+  friend bool operator==(const TransposeSpec& a, const TransposeSpec& b) {
+    return a.dtype == b.dtype && a.shape == b.shape &&
+           a.algorithm == b.algorithm;
+  }
+};
+
+// Called once when a job finishes: OK, or why it failed.
+using JobDoneCallback = absl::AnyInvocable<void(absl::Status) &&>;
+
+// One request's workspace on one backend, from the header's arrival until its
+// result has been sent. Destroying it gives its buffers back; a job must not be
+// destroyed while running.
+class TransposeJob {
+ public:
+  virtual ~TransposeJob() = default;
+
+  // The spec's bytes of host memory, to be filled with the input before Run.
+  virtual absl::Span<uint8_t> input() = 0;
+  // The result; valid once Run has reported OK, until the job is destroyed.
+  virtual absl::Span<const uint8_t> output() const = 0;
+  // Filled once Run has reported OK.
+  virtual const TransposeStats& stats() const = 0;
+
+  // Transposes input() into output(). `done` runs exactly once, on a backend
+  // thread or, for small jobs, on the calling thread before Run returns; it may
+  // destroy the job. Call at most once.
+  virtual void Run(JobDoneCallback done) = 0;
+};
+
+// What a backend tells clients about itself.
+struct BackendInfo {
+  std::string name;         // "cuda:N" or "cpu".
+  std::string device_name;  // "NVIDIA H200", a CPU model, ...
+  // Measured at start-up: (bytes read + bytes written) / time of a copy on this
+  // device.
+  double copy_bandwidth_bytes_per_second = 0;
+  int streams = 0;
+  uint64_t total_memory_bytes = 0;
+  std::vector<kernels::Algorithm> algorithms;
+  // Names of the kernels this backend may report in TransposeStats::algorithm.
+  std::vector<std::string> kernel_names;
+};
+
+// One device with its own streams and buffers.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const BackendInfo& info() const = 0;
+  // False once the device has had a fault that makes its results untrustworthy.
+  virtual bool healthy() const = 0;
+  // Jobs running or waiting for a stream.
+  virtual int load() const = 0;
+
+  // OK when this backend can run `spec`; UNIMPLEMENTED for an algorithm it
+  // lacks. The spec is already valid.
+  virtual absl::Status CanRun(const TransposeSpec& spec) const = 0;
+  // Reserves host memory for a job of `bytes`; RESOURCE_EXHAUSTED when it is
+  // not there.
+  virtual absl::StatusOr<std::unique_ptr<TransposeJob>> CreateJob(
+      const TransposeSpec& spec, uint64_t bytes) = 0;
+};
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_BACKEND_H_

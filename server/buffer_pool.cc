@@ -1,0 +1,123 @@
+#include "server/buffer_pool.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/numeric/bits.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace transpose {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+// Rounds up to a size class: whole pages below 64 KiB, then four classes per
+// power of two, so buffers are reused across nearby sizes and waste at most a
+// quarter.
+size_t SizeClass(size_t bytes) {
+  if (bytes <= 64 * 1024) return (bytes + kPage - 1) / kPage * kPage;
+  const int top = 63 - absl::countl_zero(static_cast<uint64_t>(bytes));
+  const size_t step = size_t{1} << (top - 2);
+  return (bytes + step - 1) / step * step;
+}
+
+class HostAllocator final : public MemoryAllocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    void* data = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("out of host memory allocating %d bytes", bytes));
+    }
+    return data;
+  }
+  void Free(void* data, size_t) override { std::free(data); }
+};
+
+}  // namespace
+
+std::unique_ptr<MemoryAllocator> NewHostAllocator() {
+  return std::make_unique<HostAllocator>();
+}
+
+BufferPool::Buffer& BufferPool::Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = std::exchange(other.pool_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+  }
+  return *this;
+}
+
+void BufferPool::Buffer::Reset() {
+  if (pool_ != nullptr) pool_->Release(data_, capacity_);
+  pool_ = nullptr;
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+}
+
+BufferPool::BufferPool(std::unique_ptr<MemoryAllocator> allocator,
+                       size_t max_idle_bytes)
+    : allocator_(std::move(allocator)), max_idle_bytes_(max_idle_bytes) {}
+
+BufferPool::~BufferPool() {
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [capacity, data] : idle_) allocator_->Free(data, capacity);
+}
+
+absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
+  const size_t capacity = SizeClass(bytes == 0 ? 1 : bytes);
+  Buffer buffer;
+  buffer.pool_ = this;
+  buffer.size_ = bytes;
+  {
+    absl::MutexLock lock(&mutex_);
+    // A much larger idle buffer stays for a request that needs it.
+    auto it = idle_.lower_bound(capacity);
+    if (it != idle_.end() && it->first <= 2 * capacity) {
+      buffer.capacity_ = it->first;
+      buffer.data_ = it->second;
+      idle_bytes_ -= it->first;
+      idle_.erase(it);
+      return buffer;
+    }
+  }
+  absl::StatusOr<void*> data = allocator_->Allocate(capacity);
+  if (!data.ok()) {
+    buffer.pool_ = nullptr;
+    return data.status();
+  }
+  absl::MutexLock lock(&mutex_);
+  allocated_bytes_ += capacity;
+  buffer.data_ = static_cast<uint8_t*>(*data);
+  buffer.capacity_ = capacity;
+  return buffer;
+}
+
+void BufferPool::Release(uint8_t* data, size_t capacity) {
+  {
+    absl::MutexLock lock(&mutex_);
+    if (idle_bytes_ + capacity <= max_idle_bytes_) {
+      idle_.emplace(capacity, data);
+      idle_bytes_ += capacity;
+      return;
+    }
+    allocated_bytes_ -= capacity;
+  }
+  allocator_->Free(data, capacity);
+}
+
+size_t BufferPool::allocated_bytes() const {
+  absl::MutexLock lock(&mutex_);
+  return allocated_bytes_;
+}
+
+size_t BufferPool::idle_bytes() const {
+  absl::MutexLock lock(&mutex_);
+  return idle_bytes_;
+}
+
+}  // namespace transpose

@@ -1,0 +1,84 @@
+// Reuses large buffers across requests so that, once warm, a request allocates
+// nothing: the first touch of fresh host pages and pinning memory for DMA both
+// cost more than the copies they serve.
+#ifndef TRANSPOSE_SERVER_BUFFER_POOL_H_
+#define TRANSPOSE_SERVER_BUFFER_POOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+
+namespace transpose {
+
+// One kind of memory: pageable host, pinned host, ...
+class MemoryAllocator {
+ public:
+  virtual ~MemoryAllocator() = default;
+  // RESOURCE_EXHAUSTED when the memory is not there.
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* data, size_t bytes) = 0;
+};
+
+// Page-aligned pageable host memory.
+std::unique_ptr<MemoryAllocator> NewHostAllocator();
+
+class BufferPool {
+ public:
+  // A buffer of at least size() bytes, given back to its pool when destroyed.
+  // The pool must outlive it.
+  class Buffer {
+   public:
+    Buffer() = default;
+    Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+    Buffer& operator=(Buffer&& other) noexcept;
+    ~Buffer() { Reset(); }
+
+    uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+    absl::Span<uint8_t> span() const { return {data_, size_}; }
+    // Gives the memory back to the pool now.
+    void Reset();
+
+   private:
+    friend class BufferPool;
+    BufferPool* pool_ = nullptr;
+    uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+    size_t capacity_ = 0;
+  };
+
+  // Keeps up to `max_idle_bytes` of released buffers for reuse and frees the
+  // rest.
+  BufferPool(std::unique_ptr<MemoryAllocator> allocator, size_t max_idle_bytes);
+  ~BufferPool();
+
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  // The smallest idle buffer that holds `bytes`, or a new one.
+  absl::StatusOr<Buffer> Acquire(size_t bytes);
+
+  // Bytes allocated from the allocator: in use plus idle.
+  size_t allocated_bytes() const;
+  size_t idle_bytes() const;
+
+ private:
+  void Release(uint8_t* data, size_t capacity);
+
+  const std::unique_ptr<MemoryAllocator> allocator_;
+  const size_t max_idle_bytes_;
+  mutable absl::Mutex mutex_;
+  std::multimap<size_t, uint8_t*> idle_ ABSL_GUARDED_BY(mutex_);
+  size_t idle_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  size_t allocated_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_BUFFER_POOL_H_

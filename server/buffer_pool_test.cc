@@ -1,0 +1,117 @@
+#include "server/buffer_pool.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "gtest/gtest.h"
+
+namespace transpose {
+namespace {
+
+// Counts what reaches the real allocator underneath.
+class CountingAllocator final : public MemoryAllocator {
+ public:
+  explicit CountingAllocator(int* allocations, int* frees)
+      : allocations_(allocations), frees_(frees) {}
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (bytes > (size_t{1} << 40))
+      return absl::ResourceExhaustedError("too big");
+    ++*allocations_;
+    return std::malloc(bytes);
+  }
+  void Free(void* data, size_t) override {
+    ++*frees_;
+    std::free(data);
+  }
+
+ private:
+  int* allocations_;
+  int* frees_;
+};
+
+TEST(BufferPoolTest, ReusesReleasedBuffers) {
+  int allocations = 0, frees = 0;
+  {
+    BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
+                    1 << 30);
+    uint8_t* first;
+    {
+      absl::StatusOr<BufferPool::Buffer> buffer = pool.Acquire(3 << 20);
+      ASSERT_TRUE(buffer.ok());
+      EXPECT_EQ(buffer->size(), size_t{3} << 20);
+      first = buffer->data();
+      buffer->data()[buffer->size() - 1] = 1;  // Writable to its end.
+    }
+    EXPECT_GT(pool.idle_bytes(), 0u);
+    for (int i = 0; i < 10; ++i) {
+      absl::StatusOr<BufferPool::Buffer> again = pool.Acquire((3 << 20) - 100);
+      ASSERT_TRUE(again.ok());
+      EXPECT_EQ(again->data(), first);
+    }
+    EXPECT_EQ(allocations, 1);
+  }
+  EXPECT_EQ(frees, 1);
+}
+
+TEST(BufferPoolTest, HandsOutDistinctBuffersAtOnce) {
+  int allocations = 0, frees = 0;
+  BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
+                  1 << 30);
+  absl::StatusOr<BufferPool::Buffer> a = pool.Acquire(1 << 20);
+  absl::StatusOr<BufferPool::Buffer> b = pool.Acquire(1 << 20);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->data(), b->data());
+  EXPECT_EQ(pool.allocated_bytes(), size_t{2} << 20);
+}
+
+TEST(BufferPoolTest, KeepsAHugeIdleBufferForRequestsThatNeedIt) {
+  int allocations = 0, frees = 0;
+  BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
+                  1 << 30);
+  { ASSERT_TRUE(pool.Acquire(64 << 20).ok()); }
+  absl::StatusOr<BufferPool::Buffer> small = pool.Acquire(4096);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(allocations, 2);
+  EXPECT_EQ(pool.idle_bytes(), size_t{64} << 20);
+}
+
+TEST(BufferPoolTest, FreesWhatExceedsTheIdleBound) {
+  int allocations = 0, frees = 0;
+  BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
+                  1 << 20);
+  {
+    absl::StatusOr<BufferPool::Buffer> big = pool.Acquire(4 << 20);
+    ASSERT_TRUE(big.ok());
+  }
+  EXPECT_EQ(frees, 1);
+  EXPECT_EQ(pool.allocated_bytes(), 0u);
+  EXPECT_EQ(pool.idle_bytes(), 0u);
+}
+
+TEST(BufferPoolTest, ReportsAllocationFailure) {
+  int allocations = 0, frees = 0;
+  BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
+                  1 << 20);
+  EXPECT_EQ(pool.Acquire(size_t{1} << 41).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.allocated_bytes(), 0u);
+}
+
+TEST(BufferPoolTest, MovedBufferIsReleasedOnce) {
+  int allocations = 0, frees = 0;
+  {
+    BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
+                    0);
+    absl::StatusOr<BufferPool::Buffer> a = pool.Acquire(100);
+    ASSERT_TRUE(a.ok());
+    BufferPool::Buffer b = std::move(*a);
+    BufferPool::Buffer c;
+    c = std::move(b);
+    EXPECT_EQ(c.size(), 100u);
+  }
+  EXPECT_EQ(allocations, 1);
+  EXPECT_EQ(frees, 1);
+}
+
+}  // namespace
+}  // namespace transpose

@@ -1,0 +1,57 @@
+#include "server/core/log.h"
+
+#include <atomic>
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace transpose {
+namespace {
+
+std::atomic<int> min_level{static_cast<int>(LogLevel::kInfo)};
+
+absl::string_view Name(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarning:
+      return "WARNING";
+    case LogLevel::kError:
+      return "ERROR";
+  }
+  return "?";
+}
+
+}  // namespace
+
+bool ParseLogLevel(absl::string_view name, LogLevel* level) {
+  for (LogLevel candidate : {LogLevel::kDebug, LogLevel::kInfo,
+                             LogLevel::kWarning, LogLevel::kError}) {
+    if (absl::AsciiStrToLower(Name(candidate)) == name) {
+      *level = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+void SetLogLevel(LogLevel level) { min_level.store(static_cast<int>(level)); }
+
+bool LogEnabled(LogLevel level) {
+  return static_cast<int>(level) >= min_level.load(std::memory_order_relaxed);
+}
+
+void LogLine(LogLevel level, absl::string_view message) {
+  const std::string line =
+      absl::StrFormat("%s %s %s\n",
+                      absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::Now(),
+                                       absl::UTCTimeZone()),
+                      Name(level), message);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+}  // namespace transpose

@@ -1,0 +1,439 @@
+#include "server/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "kernels/gpu_transpose.h"
+#include "server/buffer_pool.h"
+#include "server/core/status_macros.h"
+#include "server/worker_pool.h"
+
+namespace transpose {
+namespace {
+
+absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  const std::string message = absl::StrFormat(
+      "%s: %s (%s)", what, cudaGetErrorString(error), cudaGetErrorName(error));
+  if (error == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(message);
+  }
+  return absl::InternalError(message);
+}
+
+// Errors after which the CUDA context is unusable: every later call fails, so
+// results from this device can no longer be trusted.
+bool IsStickyError(cudaError_t error) {
+  switch (error) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorAssert:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Pinned host memory, usable by every GPU, so copies run at full PCIe speed.
+class PinnedAllocator final : public MemoryAllocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    void* data = nullptr;
+    cudaError_t error = cudaHostAlloc(&data, bytes, cudaHostAllocPortable);
+    if (error != cudaSuccess) {
+      cudaGetLastError();  // Not sticky; clear it.
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("pinning %d bytes of host memory: %s", bytes,
+                          cudaGetErrorString(error)));
+    }
+    return data;
+  }
+  void Free(void* data, size_t) override { cudaFreeHost(data); }
+};
+
+float ElapsedMs(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  cudaEventElapsedTime(&ms, from, to);
+  return ms;
+}
+
+// One stream with the events that time its stages and the device buffers it
+// reuses.
+struct Slot {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr;
+  cudaEvent_t copied_in = nullptr;
+  cudaEvent_t transposed = nullptr;
+  cudaEvent_t copied_out = nullptr;
+  void* device_input = nullptr;
+  void* device_output = nullptr;
+  size_t capacity = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      int device, const CudaBackendOptions& options, Metrics& metrics);
+  ~CudaBackend() override;
+
+  const BackendInfo& info() const override { return info_; }
+  bool healthy() const override { return healthy_.load(); }
+  int load() const override { return load_.load(std::memory_order_relaxed); }
+  absl::Status CanRun(const TransposeSpec& spec) const override;
+  absl::StatusOr<std::unique_ptr<TransposeJob>> CreateJob(
+      const TransposeSpec& spec, uint64_t bytes) override;
+
+ private:
+  class Job;
+
+  CudaBackend(int device, const CudaBackendOptions& options, Metrics& metrics);
+  absl::Status Init();
+  absl::StatusOr<double> CalibrateCopyBandwidth();
+  Slot& AcquireSlot();
+  void ReleaseSlot(Slot& slot);
+  absl::Status EnsureCapacity(Slot& slot, size_t bytes);
+  // Runs one job on a stream thread: copy in, transpose, copy out, wait.
+  absl::Status Execute(const TransposeSpec& spec, uint64_t bytes, uint8_t* host,
+                       TransposeStats& stats);
+  // Marks the device unhealthy after a sticky error.
+  absl::Status Check(cudaError_t error, absl::string_view what);
+
+  const int device_;
+  const CudaBackendOptions options_;
+  Metrics& metrics_;
+  Metrics::BackendSeries* series_ = nullptr;
+  BackendInfo info_;
+  std::atomic<bool> healthy_{true};
+  std::atomic<int> load_{0};
+  BufferPool pinned_;
+  std::vector<Slot> slots_;
+  absl::Mutex mutex_;
+  std::vector<Slot*> free_slots_ ABSL_GUARDED_BY(mutex_);
+  std::atomic<uint64_t> device_bytes_{0};
+  // Destroyed first: joins the stream threads before the slots go.
+  std::unique_ptr<WorkerPool> workers_;
+};
+
+class CudaBackend::Job final : public TransposeJob {
+ public:
+  Job(CudaBackend& backend, const TransposeSpec& spec, uint64_t bytes,
+      BufferPool::Buffer host)
+      : backend_(backend),
+        spec_(spec),
+        bytes_(bytes),
+        host_(std::move(host)),
+        created_(absl::Now()) {}
+
+  absl::Span<uint8_t> input() override { return host_.span(); }
+  // The result is copied back into the same pinned buffer the input came from.
+  absl::Span<const uint8_t> output() const override { return host_.span(); }
+  const TransposeStats& stats() const override { return stats_; }
+
+  void Run(JobDoneCallback done) override {
+    backend_.load_.fetch_add(1, std::memory_order_relaxed);
+    backend_.workers_->Schedule(
+        [this, queued = absl::Now(), done = std::move(done)]() mutable {
+          stats_.queue_seconds = absl::ToDoubleSeconds(absl::Now() - queued);
+          absl::Status status =
+              backend_.Execute(spec_, bytes_, host_.data(), stats_);
+          stats_.total_seconds = absl::ToDoubleSeconds(absl::Now() - created_);
+          backend_.load_.fetch_sub(1, std::memory_order_relaxed);
+          std::move(done)(std::move(status));
+        });
+  }
+
+ private:
+  CudaBackend& backend_;
+  const TransposeSpec spec_;
+  const uint64_t bytes_;
+  BufferPool::Buffer host_;
+  const absl::Time created_;
+  TransposeStats stats_;
+};
+
+CudaBackend::CudaBackend(int device, const CudaBackendOptions& options,
+                         Metrics& metrics)
+    : device_(device),
+      options_(options),
+      metrics_(metrics),
+      pinned_(std::make_unique<PinnedAllocator>(),
+              options.max_idle_pinned_bytes) {}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    int device, const CudaBackendOptions& options, Metrics& metrics) {
+  std::unique_ptr<CudaBackend> backend(
+      new CudaBackend(device, options, metrics));
+  TRANSPOSE_RETURN_IF_ERROR(backend->Init());
+  return backend;
+}
+
+absl::Status CudaBackend::Init() {
+  TRANSPOSE_RETURN_IF_ERROR(
+      CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  cudaDeviceProp properties;
+  TRANSPOSE_RETURN_IF_ERROR(
+      CudaStatus(cudaGetDeviceProperties(&properties, device_),
+                 "cudaGetDeviceProperties"));
+  info_.name = absl::StrCat("cuda:", device_);
+  info_.device_name = properties.name;
+  info_.total_memory_bytes = properties.totalGlobalMem;
+  info_.streams = std::max(1, options_.streams_per_device);
+  info_.algorithms.assign(kernels::AllAlgorithms().begin(),
+                          kernels::AllAlgorithms().end());
+  for (kernels::Algorithm algorithm : info_.algorithms) {
+    const std::string name(kernels::KernelName(algorithm, {}));
+    if (std::find(info_.kernel_names.begin(), info_.kernel_names.end(), name) ==
+        info_.kernel_names.end()) {
+      info_.kernel_names.push_back(name);
+    }
+  }
+
+  slots_.resize(info_.streams);
+  for (Slot& slot : slots_) {
+    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+        cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking),
+        "cudaStreamCreateWithFlags"));
+    TRANSPOSE_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreate(&slot.start), "cudaEventCreate"));
+    TRANSPOSE_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreate(&slot.copied_in), "cudaEventCreate"));
+    TRANSPOSE_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreate(&slot.transposed), "cudaEventCreate"));
+    // The stream thread sleeps on this one instead of spinning a core.
+    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+        cudaEventCreateWithFlags(&slot.copied_out, cudaEventBlockingSync),
+        "cudaEventCreateWithFlags"));
+  }
+  {
+    absl::MutexLock lock(&mutex_);
+    for (Slot& slot : slots_) free_slots_.push_back(&slot);
+  }
+
+  TRANSPOSE_ASSIGN_OR_RETURN(info_.copy_bandwidth_bytes_per_second,
+                             CalibrateCopyBandwidth());
+
+  series_ = metrics_.AddBackend(info_.name, info_.kernel_names);
+  series_->peak_bandwidth->Set(info_.copy_bandwidth_bytes_per_second);
+  workers_ = std::make_unique<WorkerPool>(
+      info_.streams, [device = device_](int) { cudaSetDevice(device); });
+  return absl::OkStatus();
+}
+
+CudaBackend::~CudaBackend() {
+  workers_.reset();
+  cudaSetDevice(device_);
+  for (Slot& slot : slots_) {
+    if (slot.stream != nullptr) cudaStreamSynchronize(slot.stream);
+    cudaFree(slot.device_input);
+    cudaFree(slot.device_output);
+    for (cudaEvent_t event :
+         {slot.start, slot.copied_in, slot.transposed, slot.copied_out}) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+    if (slot.stream != nullptr) cudaStreamDestroy(slot.stream);
+  }
+}
+
+absl::StatusOr<double> CudaBackend::CalibrateCopyBandwidth() {
+  const size_t bytes = options_.calibration_bytes;
+  void* src = nullptr;
+  void* dst = nullptr;
+  absl::Cleanup free_buffers = [&] {
+    cudaFree(src);
+    cudaFree(dst);
+  };
+  TRANSPOSE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&src, bytes), "cudaMalloc"));
+  TRANSPOSE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&dst, bytes), "cudaMalloc"));
+  TRANSPOSE_RETURN_IF_ERROR(
+      CudaStatus(cudaMemset(src, 1, bytes), "cudaMemset"));
+  Slot& slot = slots_.front();
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+        cudaEventRecord(slot.start, slot.stream), "cudaEventRecord"));
+    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, slot.stream),
+        "cudaMemcpyAsync"));
+    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+        cudaEventRecord(slot.copied_out, slot.stream), "cudaEventRecord"));
+    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(slot.copied_out),
+                                         "cudaEventSynchronize"));
+    if (i >= 2)
+      ms.push_back(ElapsedMs(slot.start, slot.copied_out));  // 2 warm-ups.
+  }
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
+}
+
+absl::Status CudaBackend::CanRun(const TransposeSpec&) const {
+  // Every algorithm runs here; whether a kernel's shared memory fits the device
+  // is checked when the job runs, against the real buffers.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
+    const TransposeSpec& spec, uint64_t bytes) {
+  if (!healthy()) {
+    return absl::UnavailableError(absl::StrCat(info_.name, " is unhealthy"));
+  }
+  TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer host, pinned_.Acquire(bytes));
+  return std::make_unique<Job>(*this, spec, bytes, std::move(host));
+}
+
+Slot& CudaBackend::AcquireSlot() {
+  // There are as many stream threads as slots, so a running job always finds
+  // one.
+  absl::MutexLock lock(&mutex_);
+  Slot* slot = free_slots_.back();
+  free_slots_.pop_back();
+  series_->busy_streams->Increment();
+  return *slot;
+}
+
+void CudaBackend::ReleaseSlot(Slot& slot) {
+  absl::MutexLock lock(&mutex_);
+  free_slots_.push_back(&slot);
+  series_->busy_streams->Decrement();
+}
+
+absl::Status CudaBackend::Check(cudaError_t error, absl::string_view what) {
+  if (error != cudaSuccess && IsStickyError(error)) healthy_.store(false);
+  return CudaStatus(error, what);
+}
+
+absl::Status CudaBackend::EnsureCapacity(Slot& slot, size_t bytes) {
+  if (slot.capacity >= bytes) return absl::OkStatus();
+  // Grow only: after warm-up the largest request size seen fits and nothing is
+  // allocated.
+  cudaFree(slot.device_input);
+  cudaFree(slot.device_output);
+  device_bytes_.fetch_sub(2 * slot.capacity);
+  slot.device_input = slot.device_output = nullptr;
+  slot.capacity = 0;
+  cudaError_t error = cudaMalloc(&slot.device_input, bytes);
+  if (error == cudaSuccess) error = cudaMalloc(&slot.device_output, bytes);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // An allocation failure is not sticky; clear it.
+    cudaFree(slot.device_input);
+    slot.device_input = nullptr;
+    series_->device_memory_used_bytes->Set(
+        static_cast<double>(device_bytes_.load()));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s: out of device memory for a %d-byte matrix (%s)",
+                        info_.name, bytes, cudaGetErrorString(error)));
+  }
+  slot.capacity = bytes;
+  device_bytes_.fetch_add(2 * bytes);
+  series_->device_memory_used_bytes->Set(
+      static_cast<double>(device_bytes_.load()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
+                                  uint8_t* host, TransposeStats& stats) {
+  if (!healthy()) {
+    return absl::UnavailableError(absl::StrCat(info_.name, " is unhealthy"));
+  }
+  Slot& slot = AcquireSlot();
+  absl::Cleanup release = [&] {
+    // On an error path a copy may still be reading `host`, which the caller
+    // frees next.
+    cudaStreamSynchronize(slot.stream);
+    ReleaseSlot(slot);
+  };
+  TRANSPOSE_RETURN_IF_ERROR(EnsureCapacity(slot, bytes));
+
+  kernels::TransposeArgs args;
+  args.element_size = ElementSize(spec.dtype);
+  args.batch = spec.shape.batch;
+  args.rows = spec.shape.rows;
+  args.cols = spec.shape.cols;
+  args.input = slot.device_input;
+  args.output = slot.device_output;
+  TRANSPOSE_RETURN_IF_ERROR(kernels::CanImplement(spec.algorithm, args));
+
+  cudaStream_t stream = slot.stream;
+  TRANSPOSE_RETURN_IF_ERROR(
+      Check(cudaEventRecord(slot.start, stream), "record"));
+  TRANSPOSE_RETURN_IF_ERROR(
+      Check(cudaMemcpyAsync(slot.device_input, host, bytes,
+                            cudaMemcpyHostToDevice, stream),
+            "copy in"));
+  TRANSPOSE_RETURN_IF_ERROR(
+      Check(cudaEventRecord(slot.copied_in, stream), "record"));
+  if (absl::Status s = kernels::LaunchTranspose(spec.algorithm, args, stream);
+      !s.ok()) {
+    Check(cudaPeekAtLastError(), "launch");
+    return s;
+  }
+  TRANSPOSE_RETURN_IF_ERROR(
+      Check(cudaEventRecord(slot.transposed, stream), "record"));
+  TRANSPOSE_RETURN_IF_ERROR(
+      Check(cudaMemcpyAsync(host, slot.device_output, bytes,
+                            cudaMemcpyDeviceToHost, stream),
+            "copy out"));
+  TRANSPOSE_RETURN_IF_ERROR(
+      Check(cudaEventRecord(slot.copied_out, stream), "record"));
+  TRANSPOSE_RETURN_IF_ERROR(
+      Check(cudaEventSynchronize(slot.copied_out), "transpose"));
+
+  stats.backend = info_.name;
+  stats.algorithm = std::string(kernels::KernelName(spec.algorithm, args));
+  stats.copy_in_seconds = ElapsedMs(slot.start, slot.copied_in) * 1e-3;
+  stats.copy_out_seconds = ElapsedMs(slot.transposed, slot.copied_out) * 1e-3;
+  SetKernelTime(ElapsedMs(slot.copied_in, slot.transposed) * 1e-3, bytes,
+                info_.copy_bandwidth_bytes_per_second, stats);
+  metrics_.RecordKernel(*series_, stats, bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateCudaBackends(
+    const CudaBackendOptions& options, Metrics& metrics) {
+  const int count = CudaDeviceCount();
+  if (count == 0) return absl::UnavailableError("no CUDA device is visible");
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int device = 0; device < count; ++device) {
+    absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
+        CudaBackend::Create(device, options, metrics);
+    if (!backend.ok()) {
+      return absl::Status(
+          backend.status().code(),
+          absl::StrCat("cuda:", device, ": ", backend.status().message()));
+    }
+    backends.push_back(*std::move(backend));
+  }
+  return backends;
+}
+
+}  // namespace transpose

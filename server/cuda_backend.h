@@ -1,0 +1,40 @@
+// The GPU backend: per visible GPU, a pool of CUDA streams, each with a thread
+// that runs one job at a time (copy-in, kernel, copy-out), reusable device
+// buffers and a pool of pinned host buffers. Once warm, a request allocates
+// nothing and never synchronises the whole device; jobs on different streams
+// overlap their copies and kernels.
+#ifndef TRANSPOSE_SERVER_CUDA_BACKEND_H_
+#define TRANSPOSE_SERVER_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/backend.h"
+#include "server/metrics.h"
+
+namespace transpose {
+
+struct CudaBackendOptions {
+  // Streams (concurrent requests) per GPU.
+  int streams_per_device = 4;
+  // Bytes copied device-to-device to calibrate each GPU's copy bandwidth at
+  // start-up.
+  uint64_t calibration_bytes = uint64_t{256} << 20;
+  // Released pinned host buffers kept for reuse, per GPU.
+  size_t max_idle_pinned_bytes = size_t{4} << 30;
+};
+
+// GPUs visible to this process; 0 without a driver or device, or in a build
+// without CUDA.
+int CudaDeviceCount();
+
+// One calibrated backend per visible GPU, named "cuda:N". UNAVAILABLE without a
+// GPU or in a build without CUDA. `metrics` must outlive the backends.
+absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateCudaBackends(
+    const CudaBackendOptions& options, Metrics& metrics);
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_CUDA_BACKEND_H_

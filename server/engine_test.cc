@@ -1,0 +1,190 @@
+#include "server/engine.h"
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+#include "server/cpu_backend.h"
+#include "server/fake_backend.h"
+
+namespace transpose {
+namespace {
+
+using ::testing::HasSubstr;
+
+const TransposeSpec kSpec{
+    DataType::kFloat32, {1, 4, 8}, kernels::Algorithm::kAuto};
+
+struct Fakes {
+  std::vector<FakeBackend*> backends;
+  std::unique_ptr<Engine> engine;
+};
+
+Fakes MakeEngine(int n, EngineOptions options = {}) {
+  Fakes fakes;
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int i = 0; i < n; ++i) {
+    auto backend = std::make_unique<FakeBackend>(absl::StrCat("fake:", i));
+    fakes.backends.push_back(backend.get());
+    backends.push_back(std::move(backend));
+  }
+  fakes.engine = std::make_unique<Engine>(std::move(backends), options);
+  return fakes;
+}
+
+std::string BackendOf(Engine& engine, const TransposeSpec& spec = kSpec) {
+  absl::StatusOr<std::unique_ptr<TransposeJob>> job = engine.CreateJob(spec);
+  if (!job.ok()) return job.status().ToString();
+  absl::Notification done;
+  (*job)->Run([&](absl::Status) { done.Notify(); });
+  done.WaitForNotification();
+  return (*job)->stats().backend;
+}
+
+TEST(EngineTest, PicksTheLeastLoadedBackend) {
+  Fakes fakes = MakeEngine(3);
+  fakes.backends[0]->load_value = 5;
+  fakes.backends[1]->load_value = 1;
+  fakes.backends[2]->load_value = 3;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(BackendOf(*fakes.engine), "fake:1");
+}
+
+TEST(EngineTest, SpreadsEquallyLoadedRequestsOverEveryBackend) {
+  Fakes fakes = MakeEngine(3);
+  for (int i = 0; i < 30; ++i) BackendOf(*fakes.engine);
+  for (FakeBackend* backend : fakes.backends)
+    EXPECT_EQ(backend->jobs_created, 10);
+}
+
+TEST(EngineTest, SkipsUnhealthyBackends) {
+  Fakes fakes = MakeEngine(2);
+  fakes.backends[0]->is_healthy = false;
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(BackendOf(*fakes.engine), "fake:1");
+  EXPECT_TRUE(fakes.engine->healthy());
+  fakes.backends[1]->is_healthy = false;
+  EXPECT_FALSE(fakes.engine->healthy());
+  EXPECT_EQ(fakes.engine->CreateJob(kSpec).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(EngineTest, SaysWhyNoBackendCanRunASpec) {
+  Fakes fakes = MakeEngine(1);
+  fakes.backends[0]->can_run = absl::UnimplementedError("no naive here");
+  absl::Status status = fakes.engine->CreateJob(kSpec).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("no naive here"));
+}
+
+TEST(EngineTest, RejectsMalformedSpecsBeforeAnyBackendSeesThem) {
+  Fakes fakes = MakeEngine(1);
+  TransposeSpec unspecified = kSpec;
+  unspecified.dtype = DataType::kUnspecified;
+  TransposeSpec zero = kSpec;
+  zero.shape.rows = 0;
+  TransposeSpec unknown_algorithm = kSpec;
+  unknown_algorithm.algorithm = static_cast<kernels::Algorithm>(42);
+  for (const TransposeSpec& spec : {unspecified, zero, unknown_algorithm}) {
+    EXPECT_EQ(fakes.engine->CreateJob(spec).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(fakes.backends[0]->jobs_created, 0);
+}
+
+TEST(EngineTest, EnforcesTheMatrixLimit) {
+  EngineOptions options;
+  options.max_matrix_bytes = 4 * 4 * 8;
+  Fakes fakes = MakeEngine(1, options);
+  EXPECT_TRUE(fakes.engine->CreateJob(kSpec).ok());
+  TransposeSpec bigger = kSpec;
+  bigger.shape.rows = 5;
+  absl::Status status = fakes.engine->CreateJob(bigger).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("limit"));
+}
+
+// The real CPU backend behind the engine: results, stats and metrics.
+TEST(EngineTest, CpuBackendTransposesAndRecordsMetrics) {
+  prometheus::Registry registry;
+  Metrics metrics(registry, "test");
+  CpuBackendOptions cpu_options;
+  cpu_options.calibration_bytes = 1 << 20;
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(std::make_unique<CpuBackend>(cpu_options, metrics));
+  Engine engine(std::move(backends), EngineOptions{});
+  EXPECT_GT(engine.backends()[0]->info().copy_bandwidth_bytes_per_second, 0);
+
+  // One small job (runs inline) and one large (runs on a worker).
+  for (const MatrixShape& shape :
+       {MatrixShape{2, 3, 5}, MatrixShape{1, 1000, 700}}) {
+    const TransposeSpec spec{DataType::kInt32, shape,
+                             kernels::Algorithm::kAuto};
+    absl::StatusOr<std::unique_ptr<TransposeJob>> job = engine.CreateJob(spec);
+    ASSERT_TRUE(job.ok()) << job.status();
+    std::vector<int32_t> input(shape.elements());
+    std::mt19937 rng(3);
+    for (int32_t& v : input) v = static_cast<int32_t>(rng());
+    std::memcpy((*job)->input().data(), input.data(), (*job)->input().size());
+    absl::Notification done;
+    absl::Status result;
+    (*job)->Run([&](absl::Status status) {
+      result = status;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    ASSERT_TRUE(result.ok()) << result;
+    const auto* output =
+        reinterpret_cast<const int32_t*>((*job)->output().data());
+    for (uint64_t b = 0; b < shape.batch; ++b) {
+      for (uint64_t r = 0; r < shape.rows; ++r) {
+        for (uint64_t c = 0; c < shape.cols; ++c) {
+          ASSERT_EQ(output[(b * shape.cols + c) * shape.rows + r],
+                    input[(b * shape.rows + r) * shape.cols + c]);
+        }
+      }
+    }
+    const TransposeStats& stats = (*job)->stats();
+    EXPECT_EQ(stats.backend, "cpu");
+    EXPECT_EQ(stats.algorithm, "cpu_blocked");
+    EXPECT_GT(stats.kernel_seconds, 0);
+    EXPECT_GT(stats.bandwidth_bytes_per_second, 0);
+    EXPECT_GT(stats.peak_fraction, 0);
+    EXPECT_GE(stats.total_seconds, stats.kernel_seconds);
+  }
+
+  const std::string text =
+      prometheus::TextSerializer().Serialize(registry.Collect());
+  const double bytes = 2.0 * 4 * (2 * 3 * 5 + 1000 * 700);
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(
+                        "transpose_kernel_bytes_total{backend=\"cpu\"} ",
+                        static_cast<int64_t>(bytes))));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "transpose_kernel_duration_seconds_count{algorithm=\"cpu_blocked\","
+          "backend=\"cpu\"} 2"));
+}
+
+TEST(EngineTest, CpuBackendHasOnlyAuto) {
+  prometheus::Registry registry;
+  Metrics metrics(registry, "test");
+  CpuBackendOptions cpu_options;
+  cpu_options.calibration_bytes = 1 << 20;
+  CpuBackend backend(cpu_options, metrics);
+  TransposeSpec naive = kSpec;
+  naive.algorithm = kernels::Algorithm::kNaive;
+  absl::Status status = backend.CanRun(naive);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("naive"));
+  EXPECT_TRUE(backend.CanRun(kSpec).ok());
+}
+
+}  // namespace
+}  // namespace transpose

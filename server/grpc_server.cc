@@ -1,0 +1,65 @@
+#include "server/grpc_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace transpose {
+
+GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, std::string host,
+                       int port, std::string service_name)
+    : server_(std::move(server)),
+      host_(std::move(host)),
+      port_(port),
+      service_name_(std::move(service_name)) {}
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
+    const GrpcServerOptions& options, grpc::Service& service) {
+  const size_t colon = options.address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address '", options.address, "' is not host:port"));
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<uint64_t>(options.max_message_bytes, INT32_MAX)));
+  builder.SetMaxSendMessageSize(-1);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.address));
+  }
+  std::unique_ptr<GrpcServer> result(
+      new GrpcServer(std::move(server), options.address.substr(0, colon), port,
+                     options.health_service_name));
+  result->SetServing(true);
+  return result;
+}
+
+void GrpcServer::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(serving);
+  health->SetServingStatus(service_name_, serving);
+}
+
+void GrpcServer::Shutdown(absl::Duration drain) {
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + drain));
+  server_->Wait();
+}
+
+}  // namespace transpose

@@ -1,0 +1,56 @@
+// The gRPC server process around the service: listening address, message
+// limits, the standard health service and reflection, and graceful shutdown.
+#ifndef TRANSPOSE_SERVER_GRPC_SERVER_H_
+#define TRANSPOSE_SERVER_GRPC_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace transpose {
+
+struct GrpcServerOptions {
+  // host:port; port 0 picks a free port.
+  std::string address = "0.0.0.0:50051";
+  // Largest message received.
+  uint64_t max_message_bytes = uint64_t{64} << 20;
+  // The service whose health status SetServing sets, besides the server's ("").
+  std::string health_service_name;
+};
+
+class GrpcServer {
+ public:
+  // Binds and starts serving `service` (which must outlive the server), health
+  // SERVING.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(
+      const GrpcServerOptions& options, grpc::Service& service);
+
+  // The bound host and port, e.g. "0.0.0.0:50051".
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+
+  // Sets the health status of the server ("") and of every service.
+  void SetServing(bool serving);
+
+  // Stops taking calls (new ones get UNAVAILABLE), lets running calls finish
+  // for up to `drain`, cancels the rest, and returns when all are gone.
+  void Shutdown(absl::Duration drain);
+
+ private:
+  GrpcServer(std::unique_ptr<grpc::Server> server, std::string host, int port,
+             std::string service_name);
+
+  std::unique_ptr<grpc::Server> server_;
+  const std::string host_;
+  const int port_;
+  const std::string service_name_;
+};
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_GRPC_SERVER_H_

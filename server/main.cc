@@ -1,0 +1,185 @@
+// transpose_server: the gRPC matrix-transpose service. Flags live here only;
+// everything below takes an options struct.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
+#include "server/core/log.h"
+#include "server/cpu_backend.h"
+#include "server/cuda_backend.h"
+#include "server/engine.h"
+#include "server/grpc_server.h"
+#include "server/metrics.h"
+#include "server/transpose_service.h"
+
+#ifndef TRANSPOSE_VERSION
+#define TRANSPOSE_VERSION "dev"
+#endif
+
+ABSL_FLAG(std::string, address, "0.0.0.0:50051",
+          "gRPC listening address, host:port; port 0 picks a free port.");
+ABSL_FLAG(
+    std::string, metrics_address, "0.0.0.0:9464",
+    "Prometheus /metrics listening address, host:port; empty disables it.");
+ABSL_FLAG(std::string, backend, "auto",
+          "auto (every GPU if there is one, else the CPU), cuda or cpu.");
+ABSL_FLAG(int, streams_per_device, 4,
+          "CUDA streams (concurrent requests) per GPU; CPU workers for the cpu "
+          "backend (0: one per core).");
+ABSL_FLAG(int, cpu_threads, 0,
+          "Threads one CPU transpose uses (0: one per core).");
+ABSL_FLAG(uint64_t, max_message_bytes, uint64_t{64} << 20,
+          "Largest unary Transpose message, in bytes.");
+ABSL_FLAG(uint64_t, max_matrix_bytes, uint64_t{4} << 30,
+          "Largest matrix, in bytes, for TransposeStream.");
+ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,
+          "Data bytes per TransposeStream response message.");
+ABSL_FLAG(double, drain_seconds, 30,
+          "On SIGTERM or SIGINT, how long running calls may take to finish.");
+ABSL_FLAG(std::string, log_level, "info",
+          "debug (a line per request), info, warning (a line per failed "
+          "request) or error.");
+
+namespace transpose {
+namespace {
+
+absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
+    const std::string& kind, Metrics& metrics) {
+  if (kind != "auto" && kind != "cuda" && kind != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", kind, ": expected auto, cuda or cpu"));
+  }
+  if (kind == "cuda" || (kind == "auto" && CudaDeviceCount() > 0)) {
+    CudaBackendOptions options;
+    options.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
+    return CreateCudaBackends(options, metrics);
+  }
+  CpuBackendOptions options;
+  options.workers = absl::GetFlag(FLAGS_streams_per_device);
+  options.threads_per_job = absl::GetFlag(FLAGS_cpu_threads);
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(std::make_unique<CpuBackend>(options, metrics));
+  return backends;
+}
+
+int Run() {
+  // Signals go to the thread that waits for them below, never to gRPC's or the
+  // backends' threads, so every thread started from here on inherits this mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  LogLevel level;
+  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    std::fprintf(stderr,
+                 "--log_level=%s: expected debug, info, warning or error\n",
+                 absl::GetFlag(FLAGS_log_level).c_str());
+    return 2;
+  }
+  SetLogLevel(level);
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  Metrics metrics(*registry, TRANSPOSE_VERSION);
+
+  absl::StatusOr<std::vector<std::unique_ptr<Backend>>> backends =
+      CreateBackends(absl::GetFlag(FLAGS_backend), metrics);
+  if (!backends.ok()) {
+    Log(LogLevel::kError, "no backend: %s", backends.status().ToString());
+    return 1;
+  }
+  std::vector<std::string> names;
+  for (const auto& backend : *backends) {
+    const BackendInfo& info = backend->info();
+    names.push_back(info.name);
+    Log(LogLevel::kInfo, "backend %s: %s, %d streams, copy bandwidth %.1f GB/s",
+        info.name, info.device_name, info.streams,
+        info.copy_bandwidth_bytes_per_second / 1e9);
+  }
+
+  EngineOptions engine_options;
+  engine_options.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);
+  Engine engine(*std::move(backends), engine_options);
+
+  ServiceOptions service_options;
+  service_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  service_options.response_chunk_bytes =
+      absl::GetFlag(FLAGS_response_chunk_bytes);
+  service_options.version = TRANSPOSE_VERSION;
+  TransposeService service(engine, metrics, service_options);
+
+  std::unique_ptr<prometheus::Exposer> exposer;
+  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  if (!metrics_address.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_address);
+    } catch (const std::exception& e) {
+      Log(LogLevel::kError, "cannot serve metrics on %s: %s", metrics_address,
+          e.what());
+      return 1;
+    }
+    exposer->RegisterCollectable(registry);
+  }
+
+  GrpcServerOptions server_options;
+  server_options.address = absl::GetFlag(FLAGS_address);
+  server_options.max_message_bytes = service_options.max_message_bytes;
+  server_options.health_service_name =
+      v1::TransposeService::service_full_name();
+  absl::StatusOr<std::unique_ptr<GrpcServer>> server =
+      GrpcServer::Start(server_options, service);
+  if (!server.ok()) {
+    Log(LogLevel::kError, "%s", server.status().ToString());
+    return 1;
+  }
+
+  // Scripts and tests read these two lines to find the ports.
+  std::printf("listening on %s:%d\n", (*server)->host().c_str(),
+              (*server)->port());
+  if (exposer != nullptr) {
+    const std::string host =
+        metrics_address.substr(0, metrics_address.rfind(':'));
+    std::printf("metrics on %s:%d\n", host.c_str(),
+                exposer->GetListeningPorts().front());
+  }
+  std::fflush(stdout);
+  Log(LogLevel::kInfo, "serving %s on %s:%d with %s", TRANSPOSE_VERSION,
+      (*server)->host(), (*server)->port(), absl::StrJoin(names, ", "));
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  const absl::Duration drain =
+      absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  Log(LogLevel::kInfo, "signal %d: draining for up to %s", signal,
+      absl::FormatDuration(drain));
+  (*server)->SetServing(false);
+  (*server)->Shutdown(drain);
+  Log(LogLevel::kInfo, "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace transpose
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves matrix transposes over gRPC on GPUs (or the CPU).\n"
+      "Usage: transpose_server [--address=HOST:PORT] [--backend=auto|cuda|cpu] "
+      "...");
+  absl::ParseCommandLine(argc, argv);
+  return transpose::Run();
+}

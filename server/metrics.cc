@@ -1,0 +1,171 @@
+#include "server/metrics.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace transpose {
+namespace {
+
+using prometheus::Histogram;
+
+// 1, 2.5, 5 steps per decade from `low` up to and including `high`.
+Histogram::BucketBoundaries Decades(double low, double high) {
+  Histogram::BucketBoundaries bounds;
+  for (double decade = low; decade <= high * 1.0001; decade *= 10) {
+    for (double step : {1.0, 2.5, 5.0}) {
+      if (decade * step <= high * 1.0001) bounds.push_back(decade * step);
+    }
+  }
+  return bounds;
+}
+
+const Histogram::BucketBoundaries& RequestBuckets() {
+  static const auto* bounds =
+      new Histogram::BucketBoundaries(Decades(1e-4, 100));
+  return *bounds;
+}
+const Histogram::BucketBoundaries& KernelDurationBuckets() {
+  static const auto* bounds =
+      new Histogram::BucketBoundaries(Decades(1e-6, 10));
+  return *bounds;
+}
+const Histogram::BucketBoundaries& BandwidthBuckets() {
+  static const auto* bounds =
+      new Histogram::BucketBoundaries(Decades(1e9, 1e13));
+  return *bounds;
+}
+const Histogram::BucketBoundaries& PeakFractionBuckets() {
+  static const auto* bounds =
+      new Histogram::BucketBoundaries{0.05, 0.1, 0.2,  0.3, 0.4,  0.5,   0.6,
+                                      0.7,  0.8, 0.85, 0.9, 0.95, 0.975, 1.0};
+  return *bounds;
+}
+
+}  // namespace
+
+absl::string_view RpcMethodName(RpcMethod method) {
+  switch (method) {
+    case RpcMethod::kTranspose:
+      return "Transpose";
+    case RpcMethod::kTransposeStream:
+      return "TransposeStream";
+    case RpcMethod::kGetServerInfo:
+      return "GetServerInfo";
+  }
+  return "unknown";
+}
+
+Metrics::Metrics(prometheus::Registry& registry, absl::string_view version)
+    : requests_total_(
+          prometheus::BuildCounter()
+              .Name("transpose_requests_total")
+              .Help("RPCs finished, by method and gRPC status code.")
+              .Register(registry)),
+      request_duration_(
+          prometheus::BuildHistogram()
+              .Name("transpose_request_duration_seconds")
+              .Help("RPC duration from start to finish, by method.")
+              .Register(registry)),
+      kernel_duration_(prometheus::BuildHistogram()
+                           .Name("transpose_kernel_duration_seconds")
+                           .Help("Transpose kernel time per request.")
+                           .Register(registry)),
+      kernel_bandwidth_(prometheus::BuildHistogram()
+                            .Name("transpose_kernel_bandwidth_bytes_per_second")
+                            .Help("Achieved kernel bandwidth per request: "
+                                  "(bytes read + written) / kernel time.")
+                            .Register(registry)),
+      kernel_peak_fraction_(prometheus::BuildHistogram()
+                                .Name("transpose_kernel_peak_fraction")
+                                .Help("Achieved kernel bandwidth over the "
+                                      "device's calibrated copy bandwidth.")
+                                .Register(registry)),
+      kernel_bytes_(
+          prometheus::BuildCounter()
+              .Name("transpose_kernel_bytes_total")
+              .Help("Bytes read plus bytes written by transpose kernels.")
+              .Register(registry)),
+      device_peak_bandwidth_(
+          prometheus::BuildGauge()
+              .Name("transpose_device_peak_bandwidth_bytes_per_second")
+              .Help("Copy bandwidth (read + written) calibrated at start-up.")
+              .Register(registry)),
+      busy_streams_(prometheus::BuildGauge()
+                        .Name("transpose_stream_pool_busy_streams")
+                        .Help("Streams (or CPU workers) running a request.")
+                        .Register(registry)),
+      device_memory_used_(
+          prometheus::BuildGauge()
+              .Name("transpose_device_memory_used_bytes")
+              .Help("Memory held by the backend's buffer pools.")
+              .Register(registry)),
+      inflight_requests_(&prometheus::BuildGauge()
+                              .Name("transpose_inflight_requests")
+                              .Help("RPCs started and not yet finished.")
+                              .Register(registry)
+                              .Add({})) {
+  prometheus::BuildGauge()
+      .Name("transpose_build_info")
+      .Help("Always 1; labels describe the build.")
+      .Register(registry)
+      .Add({{"version", std::string(version)}})
+      .Set(1);
+  for (int m = 0; m < kMethods; ++m) {
+    const std::string method(RpcMethodName(static_cast<RpcMethod>(m)));
+    durations_[m] =
+        &request_duration_.Add({{"method", method}}, RequestBuckets());
+    for (int c = 0; c < kCodes; ++c) {
+      requests_[m][c] = &requests_total_.Add(
+          {{"method", method},
+           {"code",
+            absl::StatusCodeToString(static_cast<absl::StatusCode>(c))}});
+    }
+  }
+}
+
+Metrics::BackendSeries* Metrics::AddBackend(
+    absl::string_view backend, absl::Span<const std::string> kernel_names) {
+  auto series = std::make_unique<BackendSeries>();
+  const std::string name(backend);
+  series->name = name;
+  series->kernel_bytes = &kernel_bytes_.Add({{"backend", name}});
+  series->peak_bandwidth = &device_peak_bandwidth_.Add({{"backend", name}});
+  series->busy_streams = &busy_streams_.Add({{"backend", name}});
+  series->device_memory_used_bytes =
+      &device_memory_used_.Add({{"backend", name}});
+  for (const std::string& kernel : kernel_names) {
+    const prometheus::Labels labels = {{"backend", name},
+                                       {"algorithm", kernel}};
+    series->kernels[kernel] = {
+        &kernel_duration_.Add(labels, KernelDurationBuckets()),
+        &kernel_bandwidth_.Add(labels, BandwidthBuckets()),
+        &kernel_peak_fraction_.Add(labels, PeakFractionBuckets())};
+  }
+  BackendSeries* result = series.get();
+  backends_[name] = std::move(series);
+  return result;
+}
+
+void Metrics::RecordKernel(BackendSeries& backend, const TransposeStats& stats,
+                           uint64_t bytes) {
+  backend.kernel_bytes->Increment(2.0 * static_cast<double>(bytes));
+  auto it = backend.kernels.find(stats.algorithm);
+  if (it == backend.kernels.end()) return;
+  it->second.duration_seconds->Observe(stats.kernel_seconds);
+  it->second.bandwidth_bytes_per_second->Observe(
+      stats.bandwidth_bytes_per_second);
+  it->second.peak_fraction->Observe(stats.peak_fraction);
+}
+
+void Metrics::RecordRequest(RpcMethod method, absl::StatusCode code,
+                            double seconds) {
+  const int m = static_cast<int>(method);
+  int c = static_cast<int>(code);
+  if (c < 0 || c >= kCodes) c = static_cast<int>(absl::StatusCode::kUnknown);
+  requests_[m][c]->Increment();
+  durations_[m]->Observe(seconds);
+}
+
+}  // namespace transpose

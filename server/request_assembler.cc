@@ -1,0 +1,65 @@
+#include "server/request_assembler.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "server/core/status_macros.h"
+
+namespace transpose {
+
+std::string SpecToString(const TransposeSpec& spec) {
+  return absl::StrFormat("%s %s (algorithm %s)", DataTypeName(spec.dtype),
+                         ShapeToString(spec.shape),
+                         kernels::AlgorithmName(spec.algorithm));
+}
+
+RequestAssembler::RequestAssembler(JobFactory create_job)
+    : create_job_(std::move(create_job)) {}
+
+absl::Status RequestAssembler::Add(const RequestPart& part) {
+  if (!has_header_) {
+    if (!part.has_header) {
+      return absl::InvalidArgumentError(
+          part.data.empty()
+              ? "the first message carries no header: set dtype and shape"
+              : "data arrived before the header: the first message must set "
+                "dtype and shape");
+    }
+    TRANSPOSE_ASSIGN_OR_RETURN(job_, create_job_(part.header));
+    has_header_ = true;
+    spec_ = part.header;
+    expected_ = job_->input().size();
+  } else if (part.has_header && !(part.header == spec_)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("header repeated with other values: first %s, now %s",
+                        SpecToString(spec_), SpecToString(part.header)));
+  }
+
+  if (part.data.size() > expected_ - received_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data is longer than declared: at least %d bytes arrived, %s needs %d",
+        received_ + part.data.size(), SpecToString(spec_), expected_));
+  }
+  if (!part.data.empty()) {
+    std::memcpy(job_->input().data() + received_, part.data.data(),
+                part.data.size());
+    received_ += part.data.size();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequestAssembler::Finish() const {
+  if (!has_header_) {
+    return absl::InvalidArgumentError(
+        "the request carries no header: set dtype and shape");
+  }
+  if (received_ != expected_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data is shorter than declared: %d bytes arrived, %s needs %d",
+        received_, SpecToString(spec_), expected_));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace transpose

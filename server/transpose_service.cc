@@ -1,0 +1,273 @@
+#include "server/transpose_service.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "proto/convert.h"
+#include "server/core/log.h"
+#include "server/request_assembler.h"
+
+namespace transpose {
+namespace {
+
+RequestPart PartOf(const v1::TransposeRequest& request) {
+  RequestPart part;
+  part.has_header = request.dtype() != v1::DATA_TYPE_UNSPECIFIED ||
+                    request.has_shape() ||
+                    request.algorithm() != v1::ALGORITHM_AUTO;
+  part.header.dtype = api::FromProto(request.dtype());
+  part.header.shape = api::FromProto(request.shape());
+  part.header.algorithm = api::FromProto(request.algorithm());
+  part.data = request.data();
+  return part;
+}
+
+// One RPC's accounting: the in-flight gauge while it runs, then its count,
+// duration and, when it failed, a log line.
+class RpcScope {
+ public:
+  RpcScope(Metrics& metrics, RpcMethod method,
+           grpc::CallbackServerContext& context)
+      : metrics_(metrics),
+        method_(method),
+        peer_(context.peer()),
+        start_(absl::Now()) {
+    metrics_.inflight_requests().Increment();
+  }
+
+  // Returns the status to hand to gRPC.
+  grpc::Status Finish(const absl::Status& status) {
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    metrics_.inflight_requests().Decrement();
+    metrics_.RecordRequest(method_, status.code(), seconds);
+    if (!status.ok()) {
+      Log(LogLevel::kWarning, "%s from %s failed after %.6fs: %s: %s",
+          RpcMethodName(method_), peer_, seconds,
+          absl::StatusCodeToString(status.code()), status.message());
+    } else {
+      Log(LogLevel::kDebug, "%s from %s ok in %.6fs", RpcMethodName(method_),
+          peer_, seconds);
+    }
+    return api::ToGrpcStatus(status);
+  }
+
+ private:
+  Metrics& metrics_;
+  const RpcMethod method_;
+  const std::string peer_;
+  const absl::Time start_;
+};
+
+void FillHeader(const TransposeSpec& spec, v1::TransposeResponse& response) {
+  response.set_dtype(api::ToProto(spec.dtype));
+  api::ToProto(spec.shape.Transposed(), *response.mutable_shape());
+}
+
+}  // namespace
+
+TransposeService::TransposeService(Engine& engine, Metrics& metrics,
+                                   ServiceOptions options)
+    : engine_(engine), metrics_(metrics), options_(std::move(options)) {}
+
+grpc::ServerUnaryReactor* TransposeService::Transpose(
+    grpc::CallbackServerContext* context, const v1::TransposeRequest* request,
+    v1::TransposeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto scope =
+      std::make_unique<RpcScope>(metrics_, RpcMethod::kTranspose, *context);
+
+  RequestAssembler assembler(
+      [this](const TransposeSpec& spec) { return engine_.CreateJob(spec); });
+  absl::Status status = assembler.Add(PartOf(*request));
+  if (status.ok()) status = assembler.Finish();
+  if (!status.ok()) {
+    reactor->Finish(scope->Finish(status));
+    return reactor;
+  }
+
+  const TransposeSpec spec = assembler.spec();
+  std::unique_ptr<TransposeJob> job = assembler.TakeJob();
+  TransposeJob& job_ref = *job;
+  job_ref.Run([job = std::move(job), spec, response, reactor,
+               scope = std::move(scope)](absl::Status status) mutable {
+    if (status.ok()) {
+      FillHeader(spec, *response);
+      const absl::Span<const uint8_t> output = job->output();
+      response->set_data(output.data(), output.size());
+      api::ToProto(job->stats(), *response->mutable_stats());
+    }
+    job.reset();  // Give the buffers back before the reply goes out.
+    reactor->Finish(scope->Finish(status));
+  });
+  return reactor;
+}
+
+// TransposeStream: reads the request into a job, runs it as soon as the last
+// byte arrives, then writes the result in chunks. Reading goes on meanwhile, to
+// catch data past the declared size and the client's half-close. The reactor
+// deletes itself once gRPC is done with it (OnDone) and the job's callback has
+// run, whichever comes last.
+class TransposeService::StreamCall final
+    : public grpc::ServerBidiReactor<v1::TransposeRequest,
+                                     v1::TransposeResponse> {
+ public:
+  StreamCall(TransposeService& service, grpc::CallbackServerContext& context)
+      : service_(service),
+        scope_(service.metrics_, RpcMethod::kTransposeStream, context),
+        assembler_([this](const TransposeSpec& spec) {
+          return service_.engine_.CreateJob(spec);
+        }) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    TransposeJob* job_to_run = nullptr;
+    {
+      absl::MutexLock lock(&mutex_);
+      if (finished_) return;
+      if (!ok) {
+        // The client half-closed (or the call is going away): no more data will
+        // come.
+        if (!job_started_) FinishLocked(assembler_.Finish());
+        return;
+      }
+      absl::Status status = assembler_.Add(PartOf(request_));
+      if (!status.ok()) {
+        FinishLocked(status);
+        return;
+      }
+      if (assembler_.complete() && !job_started_) {
+        job_started_ = job_running_ = true;
+        job_to_run = assembler_.job();
+      }
+      StartRead(&request_);
+    }
+    // Outside the lock: a small job may call back before Run returns.
+    if (job_to_run != nullptr) {
+      job_to_run->Run(
+          [this](absl::Status status) { OnJobDone(std::move(status)); });
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mutex_);
+    if (finished_) return;
+    if (!ok) {
+      FinishLocked(
+          absl::CancelledError("the client stopped reading the response"));
+      return;
+    }
+    if (written_ < output_.size() || !stats_sent_) {
+      WriteNextLocked();
+    } else {
+      FinishLocked(absl::OkStatus());
+    }
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mutex_);
+    if (!finished_)
+      FinishLocked(absl::CancelledError("cancelled by the client"));
+  }
+
+  void OnDone() override {
+    bool destroy;
+    {
+      absl::MutexLock lock(&mutex_);
+      done_ = true;
+      destroy = !job_running_;
+    }
+    if (destroy) delete this;
+  }
+
+ private:
+  void OnJobDone(absl::Status status) {
+    bool destroy = false;
+    {
+      absl::MutexLock lock(&mutex_);
+      job_running_ = false;
+      if (finished_) {
+        destroy = done_;
+      } else if (!status.ok()) {
+        FinishLocked(status);
+      } else {
+        output_ = assembler_.job()->output();
+        WriteNextLocked();
+      }
+    }
+    if (destroy) delete this;
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    response_.Clear();
+    if (written_ == 0) FillHeader(assembler_.spec(), response_);
+    const size_t chunk = std::min<size_t>(
+        service_.options_.response_chunk_bytes, output_.size() - written_);
+    response_.set_data(output_.data() + written_, chunk);
+    written_ += chunk;
+    if (written_ == output_.size()) {
+      api::ToProto(assembler_.job()->stats(), *response_.mutable_stats());
+      stats_sent_ = true;
+    }
+    StartWrite(&response_);
+  }
+
+  void FinishLocked(const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    finished_ = true;
+    Finish(scope_.Finish(status));
+  }
+
+  TransposeService& service_;
+  RpcScope scope_;
+  absl::Mutex mutex_;
+  RequestAssembler assembler_ ABSL_GUARDED_BY(mutex_);
+  v1::TransposeRequest request_;
+  v1::TransposeResponse response_ ABSL_GUARDED_BY(mutex_);
+  absl::Span<const uint8_t> output_ ABSL_GUARDED_BY(mutex_);
+  size_t written_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool stats_sent_ ABSL_GUARDED_BY(mutex_) = false;
+  bool job_started_ ABSL_GUARDED_BY(mutex_) = false;
+  bool job_running_ ABSL_GUARDED_BY(mutex_) = false;
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;
+  bool done_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+grpc::ServerBidiReactor<v1::TransposeRequest, v1::TransposeResponse>*
+TransposeService::TransposeStream(grpc::CallbackServerContext* context) {
+  return new StreamCall(*this, *context);
+}
+
+grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
+    grpc::CallbackServerContext* context, const v1::GetServerInfoRequest*,
+    v1::ServerInfo* response) {
+  RpcScope scope(metrics_, RpcMethod::kGetServerInfo, *context);
+  response->set_version(options_.version);
+  for (const auto& backend : engine_.backends()) {
+    const BackendInfo& info = backend->info();
+    v1::Backend& proto = *response->add_backends();
+    proto.set_name(info.name);
+    proto.set_device_name(info.device_name);
+    proto.set_calibrated_copy_bandwidth_bytes_per_second(
+        info.copy_bandwidth_bytes_per_second);
+    proto.set_streams(info.streams);
+    proto.set_total_memory_bytes(info.total_memory_bytes);
+    proto.set_healthy(backend->healthy());
+    for (kernels::Algorithm algorithm : info.algorithms) {
+      proto.add_algorithms(api::ToProto(algorithm));
+    }
+  }
+  v1::Limits& limits = *response->mutable_limits();
+  limits.set_max_message_bytes(options_.max_message_bytes);
+  limits.set_max_matrix_bytes(engine_.options().max_matrix_bytes);
+  limits.set_response_chunk_bytes(options_.response_chunk_bytes);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(scope.Finish(absl::OkStatus()));
+  return reactor;
+}
+
+}  // namespace transpose

@@ -1,0 +1,53 @@
+// The gRPC layer: maps the API's messages to the engine and back, streams
+// chunks, and maps engine status to gRPC status in one place. It holds no
+// transpose logic.
+#ifndef TRANSPOSE_SERVER_TRANSPOSE_SERVICE_H_
+#define TRANSPOSE_SERVER_TRANSPOSE_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <string>
+
+#include "server/engine.h"
+#include "server/metrics.h"
+#include "transpose/v1/transpose.grpc.pb.h"
+
+namespace transpose {
+
+struct ServiceOptions {
+  // Largest unary message; the gRPC server enforces it on receipt.
+  uint64_t max_message_bytes = uint64_t{64} << 20;
+  // Data bytes per TransposeStream response message.
+  uint64_t response_chunk_bytes = uint64_t{1} << 20;
+  std::string version;
+};
+
+class TransposeService final : public v1::TransposeService::CallbackService {
+ public:
+  // `engine` and `metrics` must outlive the service.
+  TransposeService(Engine& engine, Metrics& metrics, ServiceOptions options);
+
+  grpc::ServerUnaryReactor* Transpose(grpc::CallbackServerContext* context,
+                                      const v1::TransposeRequest* request,
+                                      v1::TransposeResponse* response) override;
+  grpc::ServerBidiReactor<v1::TransposeRequest, v1::TransposeResponse>*
+  TransposeStream(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* GetServerInfo(
+      grpc::CallbackServerContext* context,
+      const v1::GetServerInfoRequest* request,
+      v1::ServerInfo* response) override;
+
+  const ServiceOptions& options() const { return options_; }
+
+ private:
+  class StreamCall;
+
+  Engine& engine_;
+  Metrics& metrics_;
+  const ServiceOptions options_;
+};
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_TRANSPOSE_SERVICE_H_
