@@ -2,7 +2,7 @@
 # Installs every build and test dependency from Debian 12 packages. Idempotent: packages already
 # present are skipped, so repeated runs cost one dpkg query. The Dockerfile calls this same script.
 #
-# Usage: scripts/install_deps.sh [--runtime-only]
+# Usage: scripts/install_deps.sh [--build-only]   (--build-only: skip the test-only tools)
 set -euo pipefail
 
 build_packages=(
@@ -16,7 +16,7 @@ test_packages=(
 )
 
 packages=("${build_packages[@]}" "${test_packages[@]}")
-if [[ "${1:-}" == "--runtime-only" ]]; then
+if [[ "${1:-}" == "--build-only" ]]; then
   packages=("${build_packages[@]}")
 fi
 

@@ -383,7 +383,8 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
       Check(cudaEventRecord(slot.copied_in, stream), "record"));
   if (absl::Status s = kernels::LaunchTranspose(spec.algorithm, args, stream);
       !s.ok()) {
-    Check(cudaPeekAtLastError(), "launch");
+    Check(cudaPeekAtLastError(), "launch")
+        .IgnoreError();  // Only to mark a sticky fault.
     return s;
   }
   TRANSPOSE_RETURN_IF_ERROR(

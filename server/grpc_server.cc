@@ -35,8 +35,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
                            &port);
   builder.RegisterService(&service);
+  // The limit is on a message's data; the header fields and framing get room on
+  // top.
+  constexpr uint64_t kHeaderRoom = 64 << 10;
   builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::min<uint64_t>(options.max_message_bytes, INT32_MAX)));
+      std::min<uint64_t>(options.max_message_bytes + kHeaderRoom, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -17,7 +17,7 @@ namespace transpose {
 struct GrpcServerOptions {
   // host:port; port 0 picks a free port.
   std::string address = "0.0.0.0:50051";
-  // Largest message received.
+  // Largest data field of a received message.
   uint64_t max_message_bytes = uint64_t{64} << 20;
   // The service whose health status SetServing sets, besides the server's ("").
   std::string health_service_name;

@@ -41,8 +41,10 @@ ABSL_FLAG(int, streams_per_device, 4,
           "backend (0: one per core).");
 ABSL_FLAG(int, cpu_threads, 0,
           "Threads one CPU transpose uses (0: one per core).");
-ABSL_FLAG(uint64_t, max_message_bytes, uint64_t{64} << 20,
-          "Largest unary Transpose message, in bytes.");
+ABSL_FLAG(
+    uint64_t, max_message_bytes, uint64_t{64} << 20,
+    "Largest data in one message, in bytes: a unary Transpose matrix, or one "
+    "TransposeStream chunk.");
 ABSL_FLAG(uint64_t, max_matrix_bytes, uint64_t{4} << 30,
           "Largest matrix, in bytes, for TransposeStream.");
 ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The README's run command starts a working server, and the `transpose` CLI transposes files
+against it: .npy for every dtype of the API (results equal NumPy's A.T), raw files, batches, and
+the info, health and bench commands. Clear errors for bad files.
+
+Usage: cli_readme_test.py --repo REPO --cli PATH_TO_transpose [--build_dir DIR]
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+ARGS = None
+
+# NumPy dtypes for the API's data types; bfloat16 is stored as 2-byte void, as ml_dtypes saves it.
+DTYPES = {
+    "float32": np.float32, "float64": np.float64, "float16": np.float16,
+    "bfloat16": np.dtype("V2"), "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
+    "uint16": np.uint16, "int32": np.int32, "uint32": np.uint32, "int64": np.int64,
+    "uint64": np.uint64, "complex64": np.complex64, "complex128": np.complex128,
+}
+
+
+def random_array(dtype, shape, rng):
+    dtype = np.dtype(dtype)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def same(a, b):
+    """Bytewise equality (NaN payloads in random float bits compare unequal as floats)."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+class CliReadmeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        env = dict(os.environ, BUILD_DIR=ARGS.build_dir)
+        # The README's run command, on free loopback ports.
+        cls.server = subprocess.Popen(
+            [os.path.join(ARGS.repo, "scripts/run_server.sh"), "--address=127.0.0.1:0",
+             "--metrics_address=127.0.0.1:0", "--max_message_bytes=1048576"],
+            stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        cls.target = None
+        deadline = time.time() + 1200
+        while time.time() < deadline:
+            line = cls.server.stdout.readline()
+            if not line:
+                break
+            if line.startswith("listening on "):
+                cls.target = "127.0.0.1:" + line.strip().rsplit(":", 1)[1]
+                break
+        if cls.target is None:
+            cls.server.kill()
+            raise RuntimeError("the README's run command did not start a server")
+        cls.tmp = tempfile.TemporaryDirectory()
+
+    @classmethod
+    def tearDownClass(cls):
+        os.killpg(cls.server.pid, signal.SIGTERM)
+        cls.server.wait(timeout=60)
+        cls.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.tmp.name, name)
+
+    def cli(self, *args, check=True):
+        result = subprocess.run([ARGS.cli, f"--server={self.target}", *args],
+                                capture_output=True, text=True, timeout=600)
+        if check:
+            self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
+        return result
+
+    def test_every_dtype_npy_equals_numpy_transpose(self):
+        rng = np.random.default_rng(1)
+        for name, dtype in DTYPES.items():
+            for shape in [(1, 1), (1, 37), (37, 1), (13, 7), (301, 257)]:
+                with self.subTest(dtype=name, shape=shape):
+                    a = random_array(dtype, shape, rng)
+                    np.save(self.path("a.npy"), a)
+                    self.cli("transpose", f"--in={self.path('a.npy')}",
+                             f"--out={self.path('b.npy')}")
+                    b = np.load(self.path("b.npy"))
+                    self.assertTrue(same(b, np.ascontiguousarray(a.T)))
+
+    def test_batch_npy_transposes_each_matrix(self):
+        a = random_array(np.float32, (3, 65, 129), np.random.default_rng(2))
+        np.save(self.path("batch.npy"), a)
+        self.cli("transpose", f"--in={self.path('batch.npy')}", f"--out={self.path('out.npy')}")
+        b = np.load(self.path("out.npy"))
+        self.assertTrue(same(b, np.ascontiguousarray(np.swapaxes(a, 1, 2))))
+
+    def test_large_matrix_streams_past_the_unary_limit(self):
+        a = random_array(np.float32, (1500, 1001), np.random.default_rng(3))
+        np.save(self.path("big.npy"), a)
+        result = self.cli("transpose", f"--in={self.path('big.npy')}",
+                          f"--out={self.path('big_t.npy')}")
+        self.assertTrue(same(np.load(self.path("big_t.npy")), np.ascontiguousarray(a.T)))
+        self.assertIn("GB/s", result.stderr)
+
+    def test_raw_files(self):
+        a = random_array(np.int16, (2, 30, 50), np.random.default_rng(4))
+        a.tofile(self.path("a.bin"))
+        self.cli("transpose", f"--in={self.path('a.bin')}", f"--out={self.path('b.bin')}",
+                 "--batch=2", "--rows=30", "--cols=50", "--dtype=int16")
+        b = np.fromfile(self.path("b.bin"), dtype=np.int16).reshape(2, 50, 30)
+        self.assertTrue(same(b, np.ascontiguousarray(np.swapaxes(a, 1, 2))))
+        # Raw in, .npy out.
+        self.cli("transpose", f"--in={self.path('a.bin')}", f"--out={self.path('b.npy')}",
+                 "--batch=2", "--rows=30", "--cols=50", "--dtype=int16")
+        self.assertTrue(same(np.load(self.path("b.npy")), np.ascontiguousarray(np.swapaxes(a, 1, 2))))
+
+    def test_bad_inputs_get_clear_errors(self):
+        np.save(self.path("fortran.npy"), np.asfortranarray(np.ones((3, 4), np.float32)))
+        result = self.cli("transpose", f"--in={self.path('fortran.npy')}",
+                          f"--out={self.path('x.npy')}", check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("Fortran order", result.stderr)
+        np.save(self.path("bool.npy"), np.ones((3, 4), bool))
+        result = self.cli("transpose", f"--in={self.path('bool.npy')}",
+                          f"--out={self.path('x.npy')}", check=False)
+        self.assertIn("not supported", result.stderr)
+        np.save(self.path("vector.npy"), np.ones(5, np.float32))
+        result = self.cli("transpose", f"--in={self.path('vector.npy')}",
+                          f"--out={self.path('x.npy')}", check=False)
+        self.assertIn("dimensions", result.stderr)
+        with open(self.path("short.bin"), "wb") as f:
+            f.write(b"\0" * 10)
+        result = self.cli("transpose", f"--in={self.path('short.bin')}",
+                          f"--out={self.path('x.bin')}", "--rows=3", "--cols=3",
+                          "--dtype=float32", check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("needs 36", result.stderr)
+        result = self.cli("transpose", f"--in={self.path('missing.npy')}",
+                          f"--out={self.path('x.npy')}", check=False)
+        self.assertIn("cannot open", result.stderr)
+        result = self.cli("frobnicate", check=False)
+        self.assertEqual(result.returncode, 2)
+
+    def test_info_health_and_bench(self):
+        info = self.cli("info").stdout
+        self.assertIn("backend ", info)
+        self.assertIn("unary message 1.0 MiB", info)
+        self.assertEqual(self.cli("health").stdout.strip(), "SERVING")
+        bench = self.cli("bench", "--count=40", "--concurrency=4", "--shape=2x64x96",
+                         "--dtype=uint16", "--verify").stdout
+        self.assertIn("40 ok, 0 errors", bench)
+        self.assertIn("p99", bench)
+
+    def test_health_of_a_dead_server_fails(self):
+        result = subprocess.run([ARGS.cli, "--server=127.0.0.1:1", "--deadline=2s", "health"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("UNAVAILABLE", result.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--cli", required=True)
+    parser.add_argument("--build_dir", default="build")
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -1,0 +1,132 @@
+#include "tests/server_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/algorithm/container.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+namespace transpose::testing {
+namespace {
+
+int PortOf(absl::string_view line) {
+  int port = 0;
+  const size_t colon = line.rfind(':');
+  if (colon == absl::string_view::npos ||
+      !absl::SimpleAtoi(line.substr(colon + 1), &port)) {
+    return 0;
+  }
+  return port;
+}
+
+}  // namespace
+
+std::string ServerProcess::BinaryFromEnvironment() {
+  const char* binary = std::getenv("TRANSPOSE_SERVER");
+  return binary == nullptr ? "transpose_server" : binary;
+}
+
+std::string ServerProcess::BackendFromEnvironment() {
+  const char* backend = std::getenv("TRANSPOSE_TEST_BACKEND");
+  return backend == nullptr ? "cpu" : backend;
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    const std::string& binary, const std::vector<std::string>& args,
+    absl::Duration timeout) {
+  std::vector<std::string> argv = {binary, "--address=127.0.0.1:0"};
+  bool metrics_set = false;
+  for (const std::string& arg : args) {
+    if (absl::StartsWith(arg, "--metrics_address")) metrics_set = true;
+  }
+  if (!metrics_set) argv.push_back("--metrics_address=127.0.0.1:0");
+  argv.insert(argv.end(), args.begin(), args.end());
+  const bool expect_metrics =
+      !absl::c_linear_search(argv, "--metrics_address=");
+
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    std::vector<char*> c_argv;
+    for (std::string& arg : argv) c_argv.push_back(arg.data());
+    c_argv.push_back(nullptr);
+    execv(c_argv[0], c_argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", c_argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(out[1]);
+
+  // Read stdout until the port lines arrive.
+  std::string text;
+  int port = 0, metrics_port = 0;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (port == 0 || (expect_metrics && metrics_port == 0)) {
+    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    pollfd fd{out[0], POLLIN, 0};
+    char buffer[512];
+    ssize_t n = 0;
+    if (ms <= 0 || poll(&fd, 1, static_cast<int>(ms)) <= 0 ||
+        (n = read(out[0], buffer, sizeof(buffer))) <= 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      close(out[0]);
+      return absl::UnavailableError(
+          absl::StrCat(binary, " did not report its ports; stdout: ", text));
+    }
+    text.append(buffer, n);
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(line, "listening on ")) port = PortOf(line);
+      if (absl::StartsWith(line, "metrics on ")) metrics_port = PortOf(line);
+    }
+  }
+  // The server writes nothing more to stdout; closing our end is safe.
+  close(out[0]);
+  return std::unique_ptr<ServerProcess>(
+      new ServerProcess(pid, port, metrics_port));
+}
+
+ServerProcess::ServerProcess(pid_t pid, int port, int metrics_port)
+    : pid_(pid), port_(port), metrics_port_(metrics_port) {}
+
+ServerProcess::~ServerProcess() {
+  if (running_) Stop(SIGKILL);
+}
+
+std::string ServerProcess::address() const {
+  return absl::StrCat("127.0.0.1:", port_);
+}
+
+int ServerProcess::Stop(int signal, absl::Duration timeout) {
+  if (!running_) return -1;
+  kill(pid_, signal);
+  const absl::Time deadline = absl::Now() + timeout;
+  int status = 0;
+  while (waitpid(pid_, &status, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  running_ = false;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return -WTERMSIG(status);
+}
+
+}  // namespace transpose::testing

@@ -1,0 +1,57 @@
+// Runs the real transpose_server binary as a child process on loopback, port 0,
+// for end-to-end tests and benchmarks.
+#ifndef TRANSPOSE_TESTS_SERVER_PROCESS_H_
+#define TRANSPOSE_TESTS_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace transpose::testing {
+
+class ServerProcess {
+ public:
+  // Starts `binary` with `args` plus --address=127.0.0.1:0 (and
+  // --metrics_address=127.0.0.1:0 unless args set it), and waits for its
+  // "listening on" line.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      const std::string& binary, const std::vector<std::string>& args,
+      absl::Duration timeout = absl::Seconds(60));
+
+  // The server binary named by the TRANSPOSE_SERVER environment variable.
+  static std::string BinaryFromEnvironment();
+  // The --backend the environment asks tests to use (TRANSPOSE_TEST_BACKEND,
+  // default cpu).
+  static std::string BackendFromEnvironment();
+
+  ~ServerProcess();
+
+  // "127.0.0.1:PORT".
+  std::string address() const;
+  int port() const { return port_; }
+  // 0 when metrics are disabled.
+  int metrics_port() const { return metrics_port_; }
+  pid_t pid() const { return pid_; }
+
+  // Sends `signal` and waits up to `timeout` for the exit; returns the exit
+  // code, or -signal when it died of a signal. Kills it (SIGKILL) if it
+  // outlives the timeout.
+  int Stop(int signal, absl::Duration timeout = absl::Seconds(30));
+
+ private:
+  ServerProcess(pid_t pid, int port, int metrics_port);
+
+  pid_t pid_;
+  int port_;
+  int metrics_port_;
+  bool running_ = true;
+};
+
+}  // namespace transpose::testing
+
+#endif  // TRANSPOSE_TESTS_SERVER_PROCESS_H_

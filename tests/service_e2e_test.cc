@@ -1,0 +1,403 @@
+// End to end: the real transpose_server binary on loopback (port 0), driven by
+// the real client library and by raw stubs for the malformed requests a
+// well-behaved client cannot send. The backend comes from
+// TRANSPOSE_TEST_BACKEND (cpu in CI; cuda on the GPU machine).
+#include <google/protobuf/unknown_field_set.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server_process.h"
+#include "transpose/v1/transpose.grpc.pb.h"
+
+namespace transpose {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ServerProcess;
+
+constexpr uint64_t kUnaryLimit = 1 << 20;
+constexpr uint64_t kMatrixLimit = 64 << 20;
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::vector<uint8_t> bytes(n);
+  std::mt19937 rng(seed);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  return bytes;
+}
+
+// The definition of the transpose, independent of the server's code.
+std::vector<uint8_t> Reference(const std::vector<uint8_t>& in, size_t size,
+                               const MatrixShape& s) {
+  std::vector<uint8_t> out(in.size());
+  for (uint64_t b = 0; b < s.batch; ++b)
+    for (uint64_t r = 0; r < s.rows; ++r)
+      for (uint64_t c = 0; c < s.cols; ++c)
+        std::memcpy(&out[((b * s.cols + c) * s.rows + r) * size],
+                    &in[((b * s.rows + r) * s.cols + c) * size], size);
+  return out;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+        ServerProcess::Start(
+            ServerProcess::BinaryFromEnvironment(),
+            {absl::StrCat("--backend=",
+                          ServerProcess::BackendFromEnvironment()),
+             absl::StrCat("--max_message_bytes=", kUnaryLimit),
+             absl::StrCat("--max_matrix_bytes=", kMatrixLimit),
+             "--log_level=error"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    ClientOptions options;
+    options.target = server_->address();
+    client_ = Client::Create(options)->release();
+    stub_ = v1::TransposeService::NewStub(client_->channel()).release();
+  }
+  static void TearDownTestSuite() {
+    delete stub_;
+    delete client_;
+    if (server_ != nullptr) EXPECT_EQ(server_->Stop(SIGTERM), 0);
+    delete server_;
+  }
+
+  static bool GpuBackend() {
+    return ServerProcess::BackendFromEnvironment() != "cpu";
+  }
+
+  // Transposes random data through the client library and checks the result.
+  static void ExpectRoundTrip(
+      DataType dtype, const MatrixShape& shape, bool force_stream,
+      kernels::Algorithm algorithm = kernels::Algorithm::kAuto) {
+    const size_t size = ElementSize(dtype);
+    const std::vector<uint8_t> input =
+        RandomBytes(shape.elements() * size, shape.elements());
+    CallOptions call;
+    call.force_stream = force_stream;
+    call.algorithm = algorithm;
+    absl::StatusOr<TransposeResult> result =
+        client_->Transpose({dtype, shape, input}, call);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->dtype, dtype);
+    EXPECT_EQ(result->shape, shape.Transposed());
+    EXPECT_TRUE(result->data == Reference(input, size, shape))
+        << DataTypeName(dtype) << " " << ShapeToString(shape);
+    EXPECT_EQ(result->stats.backend, GpuBackend() ? "cuda:0" : "cpu");
+    EXPECT_GT(result->stats.kernel_seconds, 0);
+    EXPECT_GT(result->stats.bandwidth_bytes_per_second, 0);
+    EXPECT_GT(result->stats.peak_fraction, 0);
+  }
+
+  static grpc::Status Unary(const v1::TransposeRequest& request) {
+    grpc::ClientContext context;
+    v1::TransposeResponse response;
+    return stub_->Transpose(&context, request, &response);
+  }
+
+  // Sends `messages` on TransposeStream, half-closes, and returns the final
+  // status.
+  static grpc::Status Stream(
+      const std::vector<v1::TransposeRequest>& messages) {
+    grpc::ClientContext context;
+    auto stream = stub_->TransposeStream(&context);
+    for (const v1::TransposeRequest& message : messages) {
+      if (!stream->Write(message)) break;
+    }
+    stream->WritesDone();
+    v1::TransposeResponse response;
+    while (stream->Read(&response)) {
+    }
+    return stream->Finish();
+  }
+
+  // A good request still works: a bad one disturbed nothing.
+  static void ExpectStillServing() {
+    ExpectRoundTrip(DataType::kFloat32, {1, 17, 19}, false);
+  }
+
+  static ServerProcess* server_;
+  static Client* client_;
+  static v1::TransposeService::Stub* stub_;
+};
+
+ServerProcess* ServiceTest::server_ = nullptr;
+Client* ServiceTest::client_ = nullptr;
+v1::TransposeService::Stub* ServiceTest::stub_ = nullptr;
+
+v1::TransposeRequest Header(v1::DataType dtype, uint64_t rows, uint64_t cols,
+                            uint64_t batch = 0) {
+  v1::TransposeRequest request;
+  request.set_dtype(dtype);
+  request.mutable_shape()->set_batch(batch);
+  request.mutable_shape()->set_rows(rows);
+  request.mutable_shape()->set_cols(cols);
+  return request;
+}
+
+v1::TransposeRequest WithData(v1::TransposeRequest request, size_t bytes) {
+  request.set_data(std::string(bytes, '\x5a'));
+  return request;
+}
+
+v1::TransposeRequest DataOnly(size_t bytes) {
+  return WithData(v1::TransposeRequest(), bytes);
+}
+
+TEST_F(ServiceTest, EveryDtypeAndShapeUnaryAndStreamed) {
+  const MatrixShape shapes[] = {{1, 1, 1},  {1, 1, 257}, {1, 257, 1},
+                                {1, 7, 13}, {1, 97, 89}, {3, 65, 129},
+                                {5, 1, 3}};
+  for (DataType dtype : AllDataTypes()) {
+    for (const MatrixShape& shape : shapes) {
+      ExpectRoundTrip(dtype, shape, /*force_stream=*/false);
+      ExpectRoundTrip(dtype, shape, /*force_stream=*/true);
+    }
+  }
+}
+
+TEST_F(ServiceTest, StreamsAMatrixLargerThanTheUnaryLimit) {
+  // 1013 x 1019 float64 is about 7.9 MiB, eight times the server's unary limit.
+  ExpectRoundTrip(DataType::kFloat64, {1, 1013, 1019}, /*force_stream=*/false);
+  ExpectRoundTrip(DataType::kUInt8, {4, 1031, 1021}, /*force_stream=*/false);
+}
+
+TEST_F(ServiceTest, EveryAlgorithmTheBackendHas) {
+  for (kernels::Algorithm algorithm : kernels::AllAlgorithms()) {
+    if (!GpuBackend() && algorithm != kernels::Algorithm::kAuto) {
+      v1::TransposeRequest request =
+          WithData(Header(v1::DATA_TYPE_FLOAT32, 2, 2), 16);
+      request.set_algorithm(static_cast<v1::Algorithm>(algorithm));
+      grpc::Status status = Unary(request);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+      EXPECT_THAT(status.error_message(),
+                  HasSubstr(kernels::AlgorithmName(algorithm)));
+      continue;
+    }
+    ExpectRoundTrip(DataType::kFloat32, {2, 131, 67}, false, algorithm);
+    ExpectRoundTrip(DataType::kInt16, {1, 300, 501}, true, algorithm);
+  }
+}
+
+TEST_F(ServiceTest, BadUnaryRequestsAreInvalidArgument) {
+  struct Case {
+    std::string name;
+    v1::TransposeRequest request;
+    std::string message;
+  };
+  v1::TransposeRequest unknown_algorithm =
+      WithData(Header(v1::DATA_TYPE_FLOAT32, 2, 2), 16);
+  unknown_algorithm.set_algorithm(static_cast<v1::Algorithm>(77));
+  const Case cases[] = {
+      {"unspecified dtype",
+       WithData(Header(v1::DATA_TYPE_UNSPECIFIED, 2, 2), 16), "unspecified"},
+      {"unknown dtype",
+       WithData(Header(static_cast<v1::DataType>(99), 2, 2), 16), "99"},
+      {"zero rows", WithData(Header(v1::DATA_TYPE_FLOAT32, 0, 2), 0), "zero"},
+      {"zero cols", WithData(Header(v1::DATA_TYPE_FLOAT32, 2, 0), 0), "zero"},
+      {"overflow",
+       WithData(
+           Header(v1::DATA_TYPE_FLOAT32, uint64_t{1} << 32, uint64_t{1} << 31),
+           4),
+       "overflows"},
+      {"overflow by batch",
+       WithData(Header(v1::DATA_TYPE_UINT8, uint64_t{1} << 32,
+                       uint64_t{1} << 16, 1 << 16),
+                4),
+       "overflows"},
+      {"data short", WithData(Header(v1::DATA_TYPE_FLOAT32, 3, 3), 35),
+       "shorter than declared"},
+      {"data long", WithData(Header(v1::DATA_TYPE_FLOAT32, 3, 3), 37),
+       "longer than declared"},
+      {"no data", Header(v1::DATA_TYPE_INT8, 3, 3), "shorter than declared"},
+      {"no header", DataOnly(16), "before the header"},
+      {"unknown algorithm", unknown_algorithm, "algorithm 77"},
+  };
+  for (const Case& c : cases) {
+    grpc::Status status = Unary(c.request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.name;
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
+    ExpectStillServing();
+  }
+}
+
+TEST_F(ServiceTest, BadStreamsAreInvalidArgument) {
+  v1::TransposeRequest other_header = Header(v1::DATA_TYPE_FLOAT32, 4, 3);
+  struct Case {
+    std::string name;
+    std::vector<v1::TransposeRequest> messages;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"data before header",
+       {DataOnly(8), WithData(Header(v1::DATA_TYPE_FLOAT32, 2, 2), 8)},
+       "before the header"},
+      {"header repeated with other values",
+       {WithData(Header(v1::DATA_TYPE_FLOAT32, 3, 4), 24),
+        WithData(other_header, 24)},
+       "header repeated with other values"},
+      {"dtype changed",
+       {WithData(Header(v1::DATA_TYPE_FLOAT32, 3, 4), 24),
+        Header(v1::DATA_TYPE_INT32, 3, 4)},
+       "header repeated with other values"},
+      {"long",
+       {WithData(Header(v1::DATA_TYPE_FLOAT32, 3, 4), 40), DataOnly(9)},
+       "longer than declared"},
+      {"short",
+       {WithData(Header(v1::DATA_TYPE_FLOAT32, 3, 4), 40), DataOnly(7)},
+       "shorter than declared"},
+      {"empty", {}, "no header"},
+      {"zero dimension", {Header(v1::DATA_TYPE_FLOAT32, 3, 0)}, "zero"},
+  };
+  for (const Case& c : cases) {
+    grpc::Status status = Stream(c.messages);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.name;
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
+    ExpectStillServing();
+  }
+  // The same header twice is fine.
+  const v1::TransposeRequest header = Header(v1::DATA_TYPE_UINT8, 2, 2);
+  EXPECT_TRUE(Stream({WithData(header, 2), WithData(header, 2)}).ok());
+}
+
+TEST_F(ServiceTest, OverTheLimitsIsResourceExhausted) {
+  // A unary message past --max_message_bytes: gRPC refuses it on receipt.
+  grpc::Status unary =
+      Unary(WithData(Header(v1::DATA_TYPE_UINT8, 1024, 2048), 2 << 20));
+  EXPECT_EQ(unary.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ExpectStillServing();
+  // A stream declaring more than --max_matrix_bytes: refused at the header,
+  // before any data.
+  grpc::Status stream = Stream({Header(v1::DATA_TYPE_FLOAT32, 8192, 4096)});
+  EXPECT_EQ(stream.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(stream.error_message(), HasSubstr("limit"));
+  ExpectStillServing();
+}
+
+TEST_F(ServiceTest, ConcurrentClientsAllGetTheirOwnResults) {
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([t, &failures] {
+      for (int i = 0; i < 20; ++i) {
+        const DataType dtype = AllDataTypes()[(t + i) % AllDataTypes().size()];
+        const MatrixShape shape{1 + static_cast<uint64_t>(i % 3),
+                                31 + 17 * static_cast<uint64_t>(t),
+                                29 + 41 * static_cast<uint64_t>(i)};
+        const size_t size = ElementSize(dtype);
+        const std::vector<uint8_t> input =
+            RandomBytes(shape.elements() * size, t * 100 + i);
+        CallOptions call;
+        call.force_stream = (i % 2) == 1;
+        absl::StatusOr<TransposeResult> result =
+            client_->Transpose({dtype, shape, input}, call);
+        if (!result.ok() || result->data != Reference(input, size, shape)) {
+          ++failures;
+          ADD_FAILURE() << DataTypeName(dtype) << " " << ShapeToString(shape)
+                        << ": "
+                        << (result.ok() ? "wrong result"
+                                        : result.status().ToString());
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures, 0);
+}
+
+TEST_F(ServiceTest, GetServerInfoReportsBackendsAndLimits) {
+  absl::StatusOr<v1::ServerInfo> info = client_->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_FALSE(info->version().empty());
+  ASSERT_GE(info->backends_size(), 1);
+  EXPECT_EQ(info->backends(0).name(), GpuBackend() ? "cuda:0" : "cpu");
+  EXPECT_TRUE(info->backends(0).healthy());
+  EXPECT_GT(info->backends(0).calibrated_copy_bandwidth_bytes_per_second(), 0);
+  EXPECT_EQ(info->limits().max_message_bytes(), kUnaryLimit);
+  EXPECT_EQ(info->limits().max_matrix_bytes(), kMatrixLimit);
+}
+
+TEST_F(ServiceTest, HealthAnswers) {
+  EXPECT_EQ(client_->CheckHealth("").value_or(false), true);
+  EXPECT_EQ(
+      client_->CheckHealth("transpose.v1.TransposeService").value_or(false),
+      true);
+  EXPECT_EQ(client_->CheckHealth("no.such.Service").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Lists services through grpc.reflection.v1alpha, encoding its messages by hand
+// (Debian's gRPC ships no generated reflection client).
+TEST_F(ServiceTest, ReflectionListsTheServices) {
+  grpc::GenericStub stub(client_->channel());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  auto call = stub.PrepareCall(
+      &context,
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  auto step = [&](int id) {
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(tag, reinterpret_cast<void*>(id));
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(step(1));
+  const std::string list_services("\x3a\x01*",
+                                  3);  // field 7 (list_services) = "*"
+  grpc::Slice slice(list_services);
+  call->Write(grpc::ByteBuffer(&slice, 1), reinterpret_cast<void*>(2));
+  ASSERT_TRUE(step(2));
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(step(3));
+  call->WritesDone(reinterpret_cast<void*>(4));
+  step(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  step(5);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // ServerReflectionResponse.list_services_response (6) -> service (1) -> name
+  // (1).
+  std::vector<std::string> names;
+  google::protobuf::UnknownFieldSet top;
+  ASSERT_TRUE(top.ParseFromString(bytes));
+  for (int i = 0; i < top.field_count(); ++i) {
+    if (top.field(i).number() != 6) continue;
+    google::protobuf::UnknownFieldSet list;
+    ASSERT_TRUE(list.ParseFromString(top.field(i).length_delimited()));
+    for (int j = 0; j < list.field_count(); ++j) {
+      google::protobuf::UnknownFieldSet service;
+      ASSERT_TRUE(service.ParseFromString(list.field(j).length_delimited()));
+      names.push_back(service.field(0).length_delimited());
+    }
+  }
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"transpose.v1.TransposeService",
+                                              "grpc.health.v1.Health"}));
+}
+
+}  // namespace
+}  // namespace transpose
