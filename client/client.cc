@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "proto/convert.h"
+#include "proto/wire.h"
 #include "server/core/status_macros.h"
 
 namespace transpose {
@@ -132,61 +133,99 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   return api::FromProto(response.stats());
 }
 
+// TransposeStream through the generic stub with the zero-copy framing: each
+// request chunk is a slice of the caller's input (which outlives the call), and
+// response data is copied once, from the transport's slices into `output`. One
+// completion queue per call, so calls from many threads never meet.
 absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                                               absl::Span<uint8_t> output,
                                               const CallOptions& call) {
   grpc::ClientContext context;
   SetDeadline(context, call.timeout);
-  std::unique_ptr<
-      grpc::ClientReaderWriter<v1::TransposeRequest, v1::TransposeResponse>>
-      stream = stub_->TransposeStream(&context);
+  grpc::CompletionQueue queue;
+  // Waits for the one operation in flight; false when it failed (the call is
+  // over).
+  auto await = [&queue] {
+    void* tag;
+    bool ok = false;
+    return queue.Next(&tag, &ok) && ok;
+  };
+  grpc::GenericStub stub(channel_);
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream =
+      stub.PrepareCall(
+          &context,
+          absl::StrCat("/", v1::TransposeService::service_full_name(),
+                       "/TransposeStream"),
+          &queue);
+  stream->StartCall(nullptr);
+  bool open = await();
+
   TransferProgress progress;
   progress.total_bytes = input.data.size();
-
-  // Send everything, then read: the server answers only once it has the whole
-  // matrix.
-  v1::TransposeRequest request;
-  FillHeader(input, call, request);
-  bool sending = true;
-  for (uint64_t offset = 0; sending && offset < input.data.size();) {
+  v1::TransposeRequest header;
+  FillHeader(input, call, header);
+  for (uint64_t offset = 0; open && offset < input.data.size();) {
     const uint64_t n =
         std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
-    request.set_data(input.data.data() + offset, n);
-    sending = stream->Write(request);
-    request.Clear();
+    const grpc::ByteBuffer chunk =
+        wire::Encode(offset == 0 ? header : v1::TransposeRequest(),
+                     input.data.subspan(offset, n),
+                     /*owner=*/nullptr);
+    stream->Write(chunk, nullptr);
+    open = await();
     offset += n;
     progress.sent_bytes = offset;
-    if (sending && call.on_progress) call.on_progress(progress);
+    if (open && call.on_progress) call.on_progress(progress);
   }
-  if (sending) stream->WritesDone();
+  if (open) {
+    stream->WritesDone(nullptr);
+    open = await();
+  }
 
-  v1::TransposeResponse response;
+  // The server answers only once it has the whole matrix; a failed write above
+  // means it already ended the call, and reading then finds the end at once.
   TransposeStats stats;
   bool have_header = false;
   bool have_stats = false;
   absl::Status protocol = absl::OkStatus();
-  while (stream->Read(&response)) {
+  grpc::ByteBuffer buffer;
+  wire::ResponseView response;
+  while (true) {
+    stream->Read(&buffer, nullptr);
+    if (!await()) break;
     if (!protocol.ok()) continue;  // Drain so Finish returns.
+    protocol = wire::Parse(buffer, response);
+    if (!protocol.ok()) continue;
     if (!have_header) {
-      protocol = CheckResponseHeader(input, response);
+      protocol = CheckResponseHeader(input, response.header);
       have_header = true;
     }
-    const std::string& data = response.data();
-    if (data.size() > output.size() - progress.received_bytes) {
+    if (response.data_size() > output.size() - progress.received_bytes) {
       protocol = absl::DataLossError(
           "server returned more bytes than the result holds");
       continue;
     }
-    std::memcpy(output.data() + progress.received_bytes, data.data(),
-                data.size());
-    progress.received_bytes += data.size();
-    if (response.has_stats()) {
-      stats = api::FromProto(response.stats());
+    for (absl::string_view piece : response.data) {
+      std::memcpy(output.data() + progress.received_bytes, piece.data(),
+                  piece.size());
+      progress.received_bytes += piece.size();
+    }
+    if (response.header.has_stats()) {
+      stats = api::FromProto(response.header.stats());
       have_stats = true;
     }
-    if (call.on_progress && !data.empty()) call.on_progress(progress);
+    if (call.on_progress && response.data_size() > 0)
+      call.on_progress(progress);
   }
-  TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(stream->Finish()));
+  grpc::Status status;
+  stream->Finish(&status, nullptr);
+  await();
+  queue.Shutdown();
+  void* tag;
+  bool ok;
+  while (queue.Next(&tag, &ok)) {
+  }
+  TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
   TRANSPOSE_RETURN_IF_ERROR(protocol);
   if (progress.received_bytes != output.size() || !have_stats) {
     return absl::DataLossError(

@@ -13,6 +13,24 @@ namespace transpose::kernels {
 // calling thread alone. Returns the CheckArgs error for bad args, else OK.
 absl::Status TransposeOnCpu(const TransposeArgs& args, int max_threads = 0);
 
+// Row ranges handed to TransposeRowsOnCpu start and end on multiples of this
+// many rows (or at the end of a matrix).
+inline constexpr uint64_t kCpuRowGranule = 64;
+
+// Input rows [first, last) counted across the batch: row r of matrix b is b *
+// rows + r.
+struct RowRange {
+  uint64_t first = 0;
+  uint64_t last = 0;
+};
+
+// Transposes only the input rows in `range` (into the matching output columns),
+// on the calling thread: what a caller does while the rest of the input is
+// still arriving. Disjoint ranges may run concurrently. INVALID_ARGUMENT for
+// bad args or a range off the granule.
+absl::Status TransposeRowsOnCpu(const TransposeArgs& args,
+                                const RowRange& range);
+
 // Host memcpy of `bytes` split over the same threads TransposeOnCpu would use:
 // the CPU backend's ceiling, measured at start-up like a GPU's device-to-device
 // copy.

@@ -1,11 +1,13 @@
 #include "kernels/cpu_transpose.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu_transpose_tiles.h"
 
 namespace transpose::kernels {
 namespace {
@@ -47,6 +49,33 @@ TEST(CpuTransposeTest, MatchesReferenceForEveryElementSizeAndShape) {
   }
 }
 
+// Both builds of the tiled transpose, whichever one TransposeOnCpu picks on
+// this CPU.
+TEST(CpuTransposeTest, PortableAndAvx2BuildsMatchReference) {
+  std::mt19937 rng(5);
+  for (size_t size : {1, 2, 4, 8, 16}) {
+    for (Case c : {Case{1, 129, 131}, Case{2, 40, 300}, Case{1, 1, 77},
+                   Case{1, 77, 1}}) {
+      std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
+      for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+      const std::vector<uint8_t> expected =
+          Reference(in, size, c.batch, c.rows, c.cols);
+      const TransposeArgs base{size,   c.batch,   c.rows,
+                               c.cols, in.data(), nullptr};
+      std::vector<uint8_t> out(in.size(), 0xA5);
+      TransposeArgs args = base;
+      args.output = out.data();
+      internal::TransposePortable(args, {0, c.batch * c.rows}, 2);
+      EXPECT_EQ(out, expected) << "portable " << size;
+      if (internal::HaveAvx2()) {
+        std::fill(out.begin(), out.end(), 0xA5);
+        internal::TransposeAvx2(args, {0, c.batch * c.rows}, 2);
+        EXPECT_EQ(out, expected) << "avx2 " << size;
+      }
+    }
+  }
+}
+
 TEST(CpuTransposeTest, ThreadCountDoesNotChangeTheResult) {
   std::vector<uint8_t> in(4 * 1031 * 1029);
   std::mt19937 rng(2);
@@ -58,6 +87,40 @@ TEST(CpuTransposeTest, ThreadCountDoesNotChangeTheResult) {
         TransposeOnCpu({4, 1, 1031, 1029, in.data(), out.data()}, threads)
             .ok());
     EXPECT_EQ(out, expected) << threads << " threads";
+  }
+}
+
+// What a server does while a matrix arrives: ranges of rows, in any order, add
+// up to the whole.
+TEST(CpuTransposeTest, RowRangesAddUpToTheWholeTranspose) {
+  std::mt19937 rng(6);
+  for (size_t size : {1, 2, 4, 8, 16}) {
+    const Case c{
+        3, 200,
+        77};  // 200 rows: ranges end at 64, 128, 192 and the matrix end.
+    std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
+    for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+    std::vector<uint8_t> out(in.size(), 0xA5);
+    const TransposeArgs args{size,   c.batch,   c.rows,
+                             c.cols, in.data(), out.data()};
+    const RowRange ranges[] = {{328, 400}, {0, 64},    {200, 328},
+                               {64, 200},  {464, 600}, {400, 464}};
+    for (const RowRange& range : ranges) {
+      ASSERT_TRUE(TransposeRowsOnCpu(args, range).ok())
+          << range.first << " " << range.last;
+    }
+    EXPECT_EQ(out, Reference(in, size, c.batch, c.rows, c.cols)) << size;
+  }
+}
+
+TEST(CpuTransposeTest, RejectsRowRangesOffTheGranule) {
+  std::vector<uint8_t> a(4 * 200 * 10), b(a.size());
+  const TransposeArgs args{4, 1, 200, 10, a.data(), b.data()};
+  for (RowRange range : {RowRange{0, 0}, RowRange{0, 65}, RowRange{3, 64},
+                         RowRange{64, 201}, RowRange{128, 64}}) {
+    EXPECT_EQ(TransposeRowsOnCpu(args, range).code(),
+              absl::StatusCode::kInvalidArgument)
+        << range.first << " " << range.last;
   }
 }
 

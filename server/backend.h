@@ -48,6 +48,11 @@ class TransposeJob {
   // Filled once Run has reported OK.
   virtual const TransposeStats& stats() const = 0;
 
+  // Says that input()[0, bytes_ready) holds its final bytes; a backend may
+  // start on them before Run. Called with growing values, from one thread at a
+  // time, before Run.
+  virtual void InputAdvanced(uint64_t bytes_ready) {}
+
   // Transposes input() into output(). `done` runs exactly once, on a backend
   // thread or, for small jobs, on the calling thread before Run returns; it may
   // destroy the job. Call at most once.

@@ -51,68 +51,160 @@ double CalibrateCopyBandwidth(uint64_t bytes, int threads) {
 
 }  // namespace
 
+// A job that may start before its input is complete: as whole bands of rows
+// arrive (InputAdvanced), workers transpose them into their output columns, so
+// by the time the last byte is in, only the last band is left for Run. Bands
+// are disjoint, so they run concurrently.
 class CpuBackend::Job final : public TransposeJob {
  public:
   Job(CpuBackend& backend, const TransposeSpec& spec, uint64_t bytes,
       BufferPool::Buffer input, BufferPool::Buffer output)
       : backend_(backend),
-        spec_(spec),
         bytes_(bytes),
         input_(std::move(input)),
         output_(std::move(output)),
-        created_(absl::Now()) {}
+        created_(absl::Now()),
+        bands_(std::make_shared<Bands>()) {
+    args_.element_size = ElementSize(spec.dtype);
+    args_.batch = spec.shape.batch;
+    args_.rows = spec.shape.rows;
+    args_.cols = spec.shape.cols;
+    args_.input = input_.data();
+    args_.output = output_.data();
+    stats_.backend = backend_.info_.name;
+    stats_.algorithm = kKernelName;
+  }
+
+  // Bands in flight use the buffers: wait for them (a cancelled upload can
+  // leave some running).
+  ~Job() override {
+    absl::MutexLock lock(&bands_->mutex);
+    bands_->mutex.Await(absl::Condition(&bands_->idle));
+  }
 
   absl::Span<uint8_t> input() override { return input_.span(); }
   absl::Span<const uint8_t> output() const override { return output_.span(); }
   const TransposeStats& stats() const override { return stats_; }
 
+  void InputAdvanced(uint64_t bytes_ready) override {
+    if (bytes_ < backend_.options_.incremental_min_bytes) return;
+    // Whole rows ready, rounded down to the granule within their matrix.
+    const uint64_t row_bytes = args_.cols * args_.element_size;
+    const uint64_t rows_ready = bytes_ready / row_bytes;
+    const uint64_t ready =
+        rows_ready - rows_ready % args_.rows % kernels::kCpuRowGranule;
+    if ((ready - scheduled_rows_) * row_bytes <
+        backend_.options_.incremental_band_bytes)
+      return;
+    Schedule({scheduled_rows_, ready}, /*last=*/false);
+    scheduled_rows_ = ready;
+  }
+
   void Run(JobDoneCallback done) override {
     backend_.load_.fetch_add(1, std::memory_order_relaxed);
-    if (bytes_ <= backend_.options_.inline_max_bytes) {
-      Transpose(absl::Now(), std::move(done));
-      return;
+    run_at_ = absl::Now();
+    done_ = std::move(done);
+    const uint64_t total_rows = args_.batch * args_.rows;
+    if (scheduled_rows_ == 0 && bytes_ <= backend_.options_.inline_max_bytes) {
+      // Small: run here, a hand-off would cost more than the transpose.
+      AddBand(/*last=*/true);
+      RunBand({0, total_rows});
+    } else if (scheduled_rows_ < total_rows) {
+      Schedule({scheduled_rows_, total_rows}, /*last=*/true);
+    } else {
+      // Every band went out before Run; the last one to finish completes the
+      // job.
+      AddBand(/*last=*/true);
+      FinishBand(absl::OkStatus(), 0);
     }
-    backend_.workers_.Schedule(
-        [this, queued = absl::Now(), done = std::move(done)]() mutable {
-          Transpose(queued, std::move(done));
-        });
   }
 
  private:
-  void Transpose(absl::Time queued, JobDoneCallback done) {
+  // What the bands share, outliving the job while a band still holds it.
+  struct Bands {
+    absl::Mutex mutex;
+    int pending ABSL_GUARDED_BY(mutex) = 0;
+    bool last_added ABSL_GUARDED_BY(mutex) = false;
+    double kernel_seconds ABSL_GUARDED_BY(mutex) = 0;
+    absl::Status status ABSL_GUARDED_BY(mutex);
+    bool idle ABSL_GUARDED_BY(mutex) = true;
+  };
+
+  void AddBand(bool last) {
+    absl::MutexLock lock(&bands_->mutex);
+    ++bands_->pending;
+    bands_->idle = false;
+    bands_->last_added |= last;
+  }
+
+  void Schedule(kernels::RowRange range, bool last) {
+    AddBand(last);
+    backend_.workers_.Schedule([this, range] { RunBand(range); });
+  }
+
+  void RunBand(kernels::RowRange range) {
     Metrics::BackendSeries& series = *backend_.series_;
     series.busy_streams->Increment();
     const absl::Time start = absl::Now();
-    kernels::TransposeArgs args;
-    args.element_size = ElementSize(spec_.dtype);
-    args.batch = spec_.shape.batch;
-    args.rows = spec_.shape.rows;
-    args.cols = spec_.shape.cols;
-    args.input = input_.data();
-    args.output = output_.data();
-    absl::Status status =
-        kernels::TransposeOnCpu(args, backend_.options_.threads_per_job);
+    const uint64_t total_rows = args_.batch * args_.rows;
+    if (range.last == total_rows)
+      stats_.queue_seconds = absl::ToDoubleSeconds(start - run_at_);
+    // The whole matrix at once gets every thread; a band, one worker.
+    const absl::Status status =
+        range.first == 0 && range.last == total_rows
+            ? kernels::TransposeOnCpu(args_, backend_.options_.threads_per_job)
+            : kernels::TransposeRowsOnCpu(args_, range);
     const absl::Time end = absl::Now();
     series.busy_streams->Decrement();
+    FinishBand(status, absl::ToDoubleSeconds(end - start));
+  }
 
-    stats_.backend = backend_.info_.name;
-    stats_.algorithm = kKernelName;
-    stats_.queue_seconds = absl::ToDoubleSeconds(start - queued);
-    stats_.total_seconds = absl::ToDoubleSeconds(end - created_);
-    SetKernelTime(absl::ToDoubleSeconds(end - start), bytes_,
+  // The band that ends the last job completes it, after releasing the lock:
+  // `done` may destroy the job, and this frame touches nothing of it
+  // afterwards.
+  void FinishBand(const absl::Status& status, double seconds) {
+    std::shared_ptr<Bands> bands = bands_;
+    absl::Status result;
+    double kernel_seconds;
+    {
+      absl::MutexLock lock(&bands->mutex);
+      bands->kernel_seconds += seconds;
+      if (!status.ok()) bands->status = status;
+      if (--bands->pending > 0 || !bands->last_added) {
+        bands->idle = bands->pending == 0;
+        return;
+      }
+      result = bands->status;
+      kernel_seconds = bands->kernel_seconds;
+      bands->idle = true;
+    }
+    stats_.total_seconds = absl::ToDoubleSeconds(absl::Now() - created_);
+    // With bands spread over the upload, the kernel time is the sum of their
+    // times.
+    SetKernelTime(kernel_seconds, bytes_,
                   backend_.info_.copy_bandwidth_bytes_per_second, stats_);
-    if (status.ok()) backend_.metrics_.RecordKernel(series, stats_, bytes_);
+    if (result.ok())
+      backend_.metrics_.RecordKernel(*backend_.series_, stats_, bytes_);
     backend_.load_.fetch_sub(1, std::memory_order_relaxed);
-    std::move(done)(std::move(status));
+    // Off the job first: `done` may destroy the job, and with it done_.
+    JobDoneCallback done = std::move(done_);
+    std::move(done)(std::move(result));
   }
 
   CpuBackend& backend_;
-  const TransposeSpec spec_;
   const uint64_t bytes_;
   BufferPool::Buffer input_;
   BufferPool::Buffer output_;
   const absl::Time created_;
+  kernels::TransposeArgs args_;
+  // Written by the caller's thread (InputAdvanced, then Run) before the bands
+  // that read them.
+  uint64_t scheduled_rows_ = 0;
+  absl::Time run_at_;
+  JobDoneCallback done_;
+  // Written by the last band only.
   TransposeStats stats_;
+  const std::shared_ptr<Bands> bands_;
 };
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options, Metrics& metrics)

@@ -22,6 +22,10 @@ struct CpuBackendOptions {
   // Jobs up to this size run on the caller's thread: a thread hand-off would
   // cost more.
   uint64_t inline_max_bytes = 256 << 10;
+  // Matrices from this size on are transposed band by band while they arrive...
+  uint64_t incremental_min_bytes = uint64_t{4} << 20;
+  // ...in bands of at least this many bytes.
+  uint64_t incremental_band_bytes = uint64_t{2} << 20;
   // Bytes copied to measure the host's memcpy bandwidth at start-up.
   uint64_t calibration_bytes = 32 << 20;
   // Released buffers kept for reuse.

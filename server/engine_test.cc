@@ -1,5 +1,6 @@
 #include "server/engine.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -170,6 +171,99 @@ TEST(EngineTest, CpuBackendTransposesAndRecordsMetrics) {
       HasSubstr(
           "transpose_kernel_duration_seconds_count{algorithm=\"cpu_blocked\","
           "backend=\"cpu\"} 2"));
+}
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  CpuBackendTest()
+      : metrics_(registry_, "test"), backend_(Options(), metrics_) {}
+  static CpuBackendOptions Options() {
+    CpuBackendOptions options;
+    options.calibration_bytes = 1 << 20;
+    options.incremental_min_bytes = 1 << 20;
+    options.incremental_band_bytes = 64 << 10;
+    return options;
+  }
+
+  prometheus::Registry registry_;
+  Metrics metrics_;
+  CpuBackend backend_;
+};
+
+std::vector<uint16_t> Expected(const std::vector<uint16_t>& in,
+                               const MatrixShape& s) {
+  std::vector<uint16_t> out(in.size());
+  for (uint64_t b = 0; b < s.batch; ++b)
+    for (uint64_t r = 0; r < s.rows; ++r)
+      for (uint64_t c = 0; c < s.cols; ++c)
+        out[(b * s.cols + c) * s.rows + r] = in[(b * s.rows + r) * s.cols + c];
+  return out;
+}
+
+// Bands transposed while the input trickles in, in uneven pieces, add up to the
+// transpose.
+TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
+  const MatrixShape shape{2, 1000, 700};  // 2.8 MB of uint16.
+  const TransposeSpec spec{DataType::kUInt16, shape, kernels::Algorithm::kAuto};
+  std::vector<uint16_t> input(shape.elements());
+  std::mt19937 rng(9);
+  for (uint16_t& v : input) v = static_cast<uint16_t>(rng());
+  absl::StatusOr<std::unique_ptr<TransposeJob>> job =
+      backend_.CreateJob(spec, input.size() * 2);
+  ASSERT_TRUE(job.ok());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(input.data());
+  for (size_t offset = 0; offset < input.size() * 2;) {
+    const size_t n = std::min<size_t>(100003, input.size() * 2 - offset);
+    std::memcpy((*job)->input().data() + offset, bytes + offset, n);
+    offset += n;
+    (*job)->InputAdvanced(offset);
+  }
+  absl::Notification done;
+  absl::Status result;
+  (*job)->Run([&](absl::Status status) {
+    result = status;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  ASSERT_TRUE(result.ok()) << result;
+  std::vector<uint16_t> output(input.size());
+  std::memcpy(output.data(), (*job)->output().data(), input.size() * 2);
+  EXPECT_EQ(output, Expected(input, shape));
+  EXPECT_GT((*job)->stats().kernel_seconds, 0);
+}
+
+// An upload cut off halfway leaves bands running; destroying the job waits for
+// them.
+TEST_F(CpuBackendTest, AJobDroppedMidUploadWaitsForItsBands) {
+  const TransposeSpec spec{
+      DataType::kFloat32, {1, 2048, 1024}, kernels::Algorithm::kAuto};
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<std::unique_ptr<TransposeJob>> job =
+        backend_.CreateJob(spec, 2048 * 1024 * 4);
+    ASSERT_TRUE(job.ok());
+    (*job)->InputAdvanced(1024 * 1024 * 4);
+  }  // Each job is destroyed here with its bands possibly still running.
+}
+
+// The caller's callback may drop the last reference to the job, on either path.
+TEST_F(CpuBackendTest, DoneMayDestroyTheJob) {
+  for (const MatrixShape& shape :
+       {MatrixShape{1, 8, 8}, MatrixShape{1, 1024, 1024}}) {
+    const TransposeSpec spec{DataType::kFloat32, shape,
+                             kernels::Algorithm::kAuto};
+    absl::StatusOr<std::unique_ptr<TransposeJob>> created =
+        backend_.CreateJob(spec, shape.elements() * 4);
+    ASSERT_TRUE(created.ok());
+    std::shared_ptr<TransposeJob> job = *std::move(created);
+    TransposeJob& ref = *job;
+    absl::Notification done;
+    ref.Run([job = std::move(job), &done](absl::Status status) mutable {
+      EXPECT_TRUE(status.ok());
+      job.reset();
+      done.Notify();
+    });
+    done.WaitForNotification();
+  }
 }
 
 TEST(EngineTest, CpuBackendHasOnlyAuto) {

@@ -21,7 +21,7 @@ absl::Status RequestAssembler::Add(const RequestPart& part) {
   if (!has_header_) {
     if (!part.has_header) {
       return absl::InvalidArgumentError(
-          part.data.empty()
+          part.data_size() == 0
               ? "the first message carries no header: set dtype and shape"
               : "data arrived before the header: the first message must set "
                 "dtype and shape");
@@ -36,16 +36,18 @@ absl::Status RequestAssembler::Add(const RequestPart& part) {
                         SpecToString(spec_), SpecToString(part.header)));
   }
 
-  if (part.data.size() > expected_ - received_) {
+  const uint64_t size = part.data_size();
+  if (size > expected_ - received_) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "data is longer than declared: at least %d bytes arrived, %s needs %d",
-        received_ + part.data.size(), SpecToString(spec_), expected_));
+        received_ + size, SpecToString(spec_), expected_));
   }
-  if (!part.data.empty()) {
-    std::memcpy(job_->input().data() + received_, part.data.data(),
-                part.data.size());
-    received_ += part.data.size();
+  if (size == 0) return absl::OkStatus();
+  for (absl::string_view piece : part.data) {
+    std::memcpy(job_->input().data() + received_, piece.data(), piece.size());
+    received_ += piece.size();
   }
+  job_->InputAdvanced(received_);
   return absl::OkStatus();
 }
 

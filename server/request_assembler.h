@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "server/backend.h"
 
 namespace transpose {
@@ -22,7 +23,14 @@ struct RequestPart {
   // Whether the message carries a header: any of dtype, shape or algorithm set.
   bool has_header = false;
   TransposeSpec header;
-  absl::string_view data;
+  // The message's data, in pieces as the transport delivered them.
+  absl::Span<const absl::string_view> data;
+
+  uint64_t data_size() const {
+    uint64_t n = 0;
+    for (absl::string_view piece : data) n += piece.size();
+    return n;
+  }
 };
 
 // "float32 3x4 (algorithm auto)".
@@ -51,9 +59,8 @@ class RequestAssembler {
   // All declared bytes have arrived.
   bool complete() const { return has_header_ && received_ == expected_; }
 
-  // The job, once the header has arrived; ownership stays here until TakeJob.
-  TransposeJob* job() const { return job_.get(); }
-  std::unique_ptr<TransposeJob> TakeJob() { return std::move(job_); }
+  // The job, once the header has arrived.
+  const std::shared_ptr<TransposeJob>& job() const { return job_; }
   const TransposeSpec& spec() const { return spec_; }
   uint64_t received_bytes() const { return received_; }
   uint64_t expected_bytes() const { return expected_; }
@@ -62,7 +69,7 @@ class RequestAssembler {
   JobFactory create_job_;
   bool has_header_ = false;
   TransposeSpec spec_;
-  std::unique_ptr<TransposeJob> job_;
+  std::shared_ptr<TransposeJob> job_;
   uint64_t expected_ = 0;
   uint64_t received_ = 0;
 };

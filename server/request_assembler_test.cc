@@ -16,11 +16,15 @@ TransposeSpec Spec(uint64_t rows, uint64_t cols) {
   return {DataType::kUInt8, {1, rows, cols}, kernels::Algorithm::kAuto};
 }
 
-RequestPart Header(const TransposeSpec& spec, absl::string_view data = "") {
+// The pieces must outlive the part: pass a braced list to a call of Add.
+RequestPart Header(const TransposeSpec& spec,
+                   absl::Span<const absl::string_view> data = {}) {
   return {true, spec, data};
 }
 
-RequestPart Data(absl::string_view data) { return {false, {}, data}; }
+RequestPart Data(absl::Span<const absl::string_view> data) {
+  return {false, {}, data};
+}
 
 class RequestAssemblerTest : public ::testing::Test {
  protected:
@@ -43,62 +47,71 @@ std::string InputOf(TransposeJob* job) {
 }
 
 TEST_F(RequestAssemblerTest, AssemblesChunksInOrder) {
-  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 3), "ab")).ok());
+  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 3), {"ab"})).ok());
   EXPECT_FALSE(assembler_.complete());
-  ASSERT_TRUE(assembler_.Add(Data("")).ok());
-  ASSERT_TRUE(assembler_.Add(Data("cde")).ok());
-  ASSERT_TRUE(assembler_.Add(Data("f")).ok());
+  ASSERT_TRUE(assembler_.Add(Data({""})).ok());
+  ASSERT_TRUE(assembler_.Add(Data({"c", "", "de"})).ok());
+  ASSERT_TRUE(assembler_.Add(Data({"f"})).ok());
   EXPECT_TRUE(assembler_.complete());
   EXPECT_TRUE(assembler_.Finish().ok());
-  EXPECT_EQ(InputOf(assembler_.job()), "abcdef");
+  EXPECT_EQ(InputOf(assembler_.job().get()), "abcdef");
   EXPECT_EQ(created_, 1);
 }
 
+TEST_F(RequestAssemblerTest, AcceptsHeadersAndEmptyPiecesAfterTheLastByte) {
+  ASSERT_TRUE(assembler_.Add(Header(Spec(1, 2), {"ab"})).ok());
+  EXPECT_TRUE(assembler_.complete());
+  EXPECT_TRUE(assembler_.Add(Header(Spec(1, 2), {"", ""})).ok());
+  EXPECT_TRUE(assembler_.Add(Data({})).ok());
+  EXPECT_EQ(assembler_.Add(Data({"", "x"})).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(RequestAssemblerTest, AcceptsTheSameHeaderAgain) {
-  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), "ab")).ok());
-  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), "cd")).ok());
+  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), {"ab"})).ok());
+  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), {"cd"})).ok());
   EXPECT_TRUE(assembler_.Finish().ok());
   EXPECT_EQ(created_, 1);
 }
 
 TEST_F(RequestAssemblerTest, RejectsDataBeforeTheHeader) {
-  absl::Status status = assembler_.Add(Data("abc"));
+  absl::Status status = assembler_.Add(Data({"abc"}));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("before the header"));
   EXPECT_EQ(created_, 0);
 }
 
 TEST_F(RequestAssemblerTest, RejectsAFirstMessageWithoutHeader) {
-  absl::Status status = assembler_.Add(Data(""));
+  absl::Status status = assembler_.Add(Data({""}));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("no header"));
 }
 
 TEST_F(RequestAssemblerTest, RejectsAHeaderRepeatedWithOtherValues) {
-  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), "ab")).ok());
+  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), {"ab"})).ok());
   TransposeSpec other = Spec(2, 2);
   other.algorithm = kernels::Algorithm::kNaive;
-  absl::Status status = assembler_.Add(Header(other, "cd"));
+  absl::Status status = assembler_.Add(Header(other, {"cd"}));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("header repeated with other values"));
   EXPECT_THAT(status.message(), HasSubstr("naive"));
 }
 
 TEST_F(RequestAssemblerTest, RejectsDataLongerThanDeclared) {
-  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), "abc")).ok());
-  absl::Status status = assembler_.Add(Data("de"));
+  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), {"abc"})).ok());
+  absl::Status status = assembler_.Add(Data({"de"}));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("longer than declared"));
 }
 
 TEST_F(RequestAssemblerTest, RejectsAOneMessageRequestThatIsTooLong) {
-  absl::Status status = assembler_.Add(Header(Spec(1, 1), "ab"));
+  absl::Status status = assembler_.Add(Header(Spec(1, 1), {"ab"}));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("longer than declared"));
 }
 
 TEST_F(RequestAssemblerTest, FinishRejectsShortData) {
-  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), "abc")).ok());
+  ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), {"abc"})).ok());
   absl::Status status = assembler_.Finish();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("shorter than declared"));

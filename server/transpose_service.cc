@@ -8,21 +8,24 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/convert.h"
+#include "proto/wire.h"
 #include "server/core/log.h"
 #include "server/request_assembler.h"
 
 namespace transpose {
 namespace {
 
-RequestPart PartOf(const v1::TransposeRequest& request) {
+// `data` must outlive the part.
+RequestPart PartOf(const v1::TransposeRequest& header,
+                   absl::Span<const absl::string_view> data) {
   RequestPart part;
-  part.has_header = request.dtype() != v1::DATA_TYPE_UNSPECIFIED ||
-                    request.has_shape() ||
-                    request.algorithm() != v1::ALGORITHM_AUTO;
-  part.header.dtype = api::FromProto(request.dtype());
-  part.header.shape = api::FromProto(request.shape());
-  part.header.algorithm = api::FromProto(request.algorithm());
-  part.data = request.data();
+  part.has_header = header.dtype() != v1::DATA_TYPE_UNSPECIFIED ||
+                    header.has_shape() ||
+                    header.algorithm() != v1::ALGORITHM_AUTO;
+  part.header.dtype = api::FromProto(header.dtype());
+  part.header.shape = api::FromProto(header.shape());
+  part.header.algorithm = api::FromProto(header.algorithm());
+  part.data = data;
   return part;
 }
 
@@ -82,7 +85,8 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
 
   RequestAssembler assembler(
       [this](const TransposeSpec& spec) { return engine_.CreateJob(spec); });
-  absl::Status status = assembler.Add(PartOf(*request));
+  const absl::string_view data = request->data();
+  absl::Status status = assembler.Add(PartOf(*request, {&data, 1}));
   if (status.ok()) status = assembler.Finish();
   if (!status.ok()) {
     reactor->Finish(scope->Finish(status));
@@ -90,7 +94,7 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
   }
 
   const TransposeSpec spec = assembler.spec();
-  std::unique_ptr<TransposeJob> job = assembler.TakeJob();
+  std::shared_ptr<TransposeJob> job = assembler.job();
   TransposeJob& job_ref = *job;
   job_ref.Run([job = std::move(job), spec, response, reactor,
                scope = std::move(scope)](absl::Status status) mutable {
@@ -107,13 +111,13 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
 }
 
 // TransposeStream: reads the request into a job, runs it as soon as the last
-// byte arrives, then writes the result in chunks. Reading goes on meanwhile, to
-// catch data past the declared size and the client's half-close. The reactor
+// byte arrives, then writes the result in chunks that refer to the job's output
+// (the job lives until gRPC drops the last chunk). Reading goes on meanwhile,
+// to catch data past the declared size and the client's half-close. The reactor
 // deletes itself once gRPC is done with it (OnDone) and the job's callback has
 // run, whichever comes last.
 class TransposeService::StreamCall final
-    : public grpc::ServerBidiReactor<v1::TransposeRequest,
-                                     v1::TransposeResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamCall(TransposeService& service, grpc::CallbackServerContext& context)
       : service_(service),
@@ -135,14 +139,16 @@ class TransposeService::StreamCall final
         if (!job_started_) FinishLocked(assembler_.Finish());
         return;
       }
-      absl::Status status = assembler_.Add(PartOf(request_));
+      wire::RequestView view;
+      absl::Status status = wire::Parse(request_, view);
+      if (status.ok()) status = assembler_.Add(PartOf(view.header, view.data));
       if (!status.ok()) {
         FinishLocked(status);
         return;
       }
       if (assembler_.complete() && !job_started_) {
         job_started_ = job_running_ = true;
-        job_to_run = assembler_.job();
+        job_to_run = assembler_.job().get();
       }
       StartRead(&request_);
     }
@@ -203,16 +209,19 @@ class TransposeService::StreamCall final
   }
 
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    response_.Clear();
-    if (written_ == 0) FillHeader(assembler_.spec(), response_);
+    v1::TransposeResponse header;
+    if (written_ == 0) FillHeader(assembler_.spec(), header);
     const size_t chunk = std::min<size_t>(
         service_.options_.response_chunk_bytes, output_.size() - written_);
-    response_.set_data(output_.data() + written_, chunk);
+    const absl::Span<const uint8_t> data = output_.subspan(written_, chunk);
     written_ += chunk;
     if (written_ == output_.size()) {
-      api::ToProto(assembler_.job()->stats(), *response_.mutable_stats());
+      api::ToProto(assembler_.job()->stats(), *header.mutable_stats());
       stats_sent_ = true;
     }
+    // The chunk refers to the job's output and keeps the job alive until gRPC
+    // drops it.
+    response_ = wire::Encode(header, data, assembler_.job());
     StartWrite(&response_);
   }
 
@@ -226,8 +235,8 @@ class TransposeService::StreamCall final
   RpcScope scope_;
   absl::Mutex mutex_;
   RequestAssembler assembler_ ABSL_GUARDED_BY(mutex_);
-  v1::TransposeRequest request_;
-  v1::TransposeResponse response_ ABSL_GUARDED_BY(mutex_);
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_ ABSL_GUARDED_BY(mutex_);
   absl::Span<const uint8_t> output_ ABSL_GUARDED_BY(mutex_);
   size_t written_ ABSL_GUARDED_BY(mutex_) = 0;
   bool stats_sent_ ABSL_GUARDED_BY(mutex_) = false;
@@ -237,7 +246,7 @@ class TransposeService::StreamCall final
   bool done_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
-grpc::ServerBidiReactor<v1::TransposeRequest, v1::TransposeResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 TransposeService::TransposeStream(grpc::CallbackServerContext* context) {
   return new StreamCall(*this, *context);
 }

@@ -23,7 +23,16 @@ struct ServiceOptions {
   std::string version;
 };
 
-class TransposeService final : public v1::TransposeService::CallbackService {
+// TransposeStream is registered raw (grpc::ByteBuffer): request data is copied
+// straight from the transport's slices into the job, and response data goes out
+// as slices of the job's output.
+using TransposeServiceBase =
+    v1::TransposeService::WithRawCallbackMethod_TransposeStream<
+        v1::TransposeService::WithCallbackMethod_Transpose<
+            v1::TransposeService::WithCallbackMethod_GetServerInfo<
+                v1::TransposeService::Service>>>;
+
+class TransposeService final : public TransposeServiceBase {
  public:
   // `engine` and `metrics` must outlive the service.
   TransposeService(Engine& engine, Metrics& metrics, ServiceOptions options);
@@ -31,8 +40,8 @@ class TransposeService final : public v1::TransposeService::CallbackService {
   grpc::ServerUnaryReactor* Transpose(grpc::CallbackServerContext* context,
                                       const v1::TransposeRequest* request,
                                       v1::TransposeResponse* response) override;
-  grpc::ServerBidiReactor<v1::TransposeRequest, v1::TransposeResponse>*
-  TransposeStream(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TransposeStream(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetServerInfo(
       grpc::CallbackServerContext* context,
       const v1::GetServerInfoRequest* request,

@@ -1,0 +1,182 @@
+#include "proto/wire.h"
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace transpose::wire {
+namespace {
+
+constexpr uint32_t kDataField = 3;
+constexpr int kLengthDelimited = 2;
+
+// Reads a message that lies across several slices, byte by byte for the small
+// fields and as views for the large one.
+class SliceReader {
+ public:
+  explicit SliceReader(const std::vector<grpc::Slice>& slices)
+      : slices_(slices) {
+    SkipEmpty();
+  }
+
+  bool AtEnd() const { return index_ == slices_.size(); }
+
+  bool ReadByte(uint8_t& byte) {
+    if (AtEnd()) return false;
+    byte = slices_[index_].begin()[offset_];
+    Advance(1);
+    return true;
+  }
+
+  // Appends the varint's bytes to `raw` (when not null).
+  bool ReadVarint(uint64_t& value, std::string* raw) {
+    value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t byte;
+      if (!ReadByte(byte)) return false;
+      if (raw != nullptr) raw->push_back(static_cast<char>(byte));
+      value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  // Consumes `n` bytes: as views into `pieces`, or appended to `raw`.
+  bool Take(uint64_t n, std::vector<absl::string_view>* pieces,
+            std::string* raw) {
+    while (n > 0) {
+      if (AtEnd()) return false;
+      const grpc::Slice& slice = slices_[index_];
+      const size_t available = slice.size() - offset_;
+      const size_t take = n < available ? static_cast<size_t>(n) : available;
+      const char* start =
+          reinterpret_cast<const char*>(slice.begin()) + offset_;
+      if (pieces != nullptr) pieces->emplace_back(start, take);
+      if (raw != nullptr) raw->append(start, take);
+      Advance(take);
+      n -= take;
+    }
+    return true;
+  }
+
+ private:
+  void Advance(size_t n) {
+    offset_ += n;
+    if (offset_ == slices_[index_].size()) {
+      ++index_;
+      offset_ = 0;
+      SkipEmpty();
+    }
+  }
+  void SkipEmpty() {
+    while (index_ < slices_.size() && slices_[index_].size() == 0) ++index_;
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  size_t offset_ = 0;
+};
+
+template <typename Message>
+absl::Status ParseView(const grpc::ByteBuffer& buffer,
+                       MessageView<Message>& view) {
+  view.header.Clear();
+  view.data.clear();
+  view.slices.clear();
+  if (!buffer.Valid() || !buffer.Dump(&view.slices).ok()) {
+    return absl::InvalidArgumentError("unreadable message");
+  }
+  const absl::Status malformed = absl::InvalidArgumentError(absl::StrCat(
+      "malformed ", Message::descriptor()->full_name(), " message"));
+  SliceReader reader(view.slices);
+  std::string
+      rest;  // Every field but data, re-encoded for the generated parser.
+  while (!reader.AtEnd()) {
+    uint64_t tag;
+    std::string tag_bytes;
+    if (!reader.ReadVarint(tag, &tag_bytes)) return malformed;
+    const uint64_t field = tag >> 3;
+    const int wire_type = static_cast<int>(tag & 7);
+    if (field == kDataField && wire_type == kLengthDelimited) {
+      uint64_t length;
+      if (!reader.ReadVarint(length, nullptr)) return malformed;
+      view.data.clear();  // The last occurrence wins.
+      if (!reader.Take(length, &view.data, nullptr)) return malformed;
+      continue;
+    }
+    rest += tag_bytes;
+    uint64_t value;
+    switch (wire_type) {
+      case 0:
+        if (!reader.ReadVarint(value, &rest)) return malformed;
+        break;
+      case 1:
+        if (!reader.Take(8, nullptr, &rest)) return malformed;
+        break;
+      case kLengthDelimited:
+        if (!reader.ReadVarint(value, &rest) ||
+            !reader.Take(value, nullptr, &rest)) {
+          return malformed;
+        }
+        break;
+      case 5:
+        if (!reader.Take(4, nullptr, &rest)) return malformed;
+        break;
+      default:
+        return malformed;
+    }
+  }
+  if (!view.header.ParseFromString(rest)) return malformed;
+  return absl::OkStatus();
+}
+
+void ReleaseOwner(void* owner) {
+  delete static_cast<std::shared_ptr<const void>*>(owner);
+}
+
+grpc::ByteBuffer EncodeWithData(const google::protobuf::MessageLite& header,
+                                absl::Span<const uint8_t> data,
+                                std::shared_ptr<const void> owner) {
+  std::string prefix = header.SerializeAsString();
+  uint8_t tag_and_length[16];
+  uint8_t* end = google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(
+      kDataField << 3 | kLengthDelimited, tag_and_length);
+  end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(
+      data.size(), end);
+  prefix.append(reinterpret_cast<const char*>(tag_and_length),
+                end - tag_and_length);
+  grpc::Slice slices[2] = {grpc::Slice(prefix), grpc::Slice()};
+  if (data.empty()) return grpc::ByteBuffer(slices, 1);
+  void* data_ptr = const_cast<uint8_t*>(data.data());
+  slices[1] =
+      owner == nullptr
+          ? grpc::Slice(data_ptr, data.size(), grpc::Slice::STATIC_SLICE)
+          : grpc::Slice(data_ptr, data.size(), &ReleaseOwner,
+                        new std::shared_ptr<const void>(std::move(owner)));
+  return grpc::ByteBuffer(slices, 2);
+}
+
+}  // namespace
+
+absl::Status Parse(const grpc::ByteBuffer& buffer, RequestView& view) {
+  return ParseView(buffer, view);
+}
+absl::Status Parse(const grpc::ByteBuffer& buffer, ResponseView& view) {
+  return ParseView(buffer, view);
+}
+
+grpc::ByteBuffer Encode(const v1::TransposeRequest& header,
+                        absl::Span<const uint8_t> data,
+                        std::shared_ptr<const void> owner) {
+  return EncodeWithData(header, data, std::move(owner));
+}
+grpc::ByteBuffer Encode(const v1::TransposeResponse& header,
+                        absl::Span<const uint8_t> data,
+                        std::shared_ptr<const void> owner) {
+  return EncodeWithData(header, data, std::move(owner));
+}
+
+}  // namespace transpose::wire

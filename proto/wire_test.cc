@@ -1,0 +1,128 @@
+#include "proto/wire.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace transpose::wire {
+namespace {
+
+// `bytes` split into slices at the given cut points.
+grpc::ByteBuffer Split(const std::string& bytes, std::vector<size_t> cuts) {
+  std::vector<grpc::Slice> slices;
+  size_t start = 0;
+  cuts.push_back(bytes.size());
+  for (size_t cut : cuts) {
+    slices.emplace_back(bytes.substr(start, cut - start));
+    start = cut;
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+std::string Joined(const std::vector<absl::string_view>& pieces) {
+  std::string s;
+  for (absl::string_view p : pieces) s.append(p.data(), p.size());
+  return s;
+}
+
+v1::TransposeRequest SampleRequest() {
+  v1::TransposeRequest request;
+  request.set_dtype(v1::DATA_TYPE_FLOAT64);
+  request.mutable_shape()->set_batch(3);
+  request.mutable_shape()->set_rows(300);
+  request.mutable_shape()->set_cols(1u << 20);
+  request.set_algorithm(v1::ALGORITHM_PADDED_32);
+  std::string data(1000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31);
+  request.set_data(data);
+  return request;
+}
+
+TEST(WireTest, ParsesWhatProtobufSerializesAtEverySplit) {
+  const v1::TransposeRequest request = SampleRequest();
+  const std::string bytes = request.SerializeAsString();
+  for (size_t cut = 0; cut <= bytes.size(); cut += 7) {
+    for (size_t cut2 : {cut, cut + 3, bytes.size()}) {
+      if (cut2 > bytes.size()) continue;
+      RequestView view;
+      ASSERT_TRUE(Parse(Split(bytes, {cut, cut2}), view).ok())
+          << cut << " " << cut2;
+      EXPECT_EQ(Joined(view.data), request.data());
+      EXPECT_EQ(view.data_size(), request.data().size());
+      EXPECT_EQ(view.header.dtype(), request.dtype());
+      EXPECT_EQ(view.header.shape().cols(), request.shape().cols());
+      EXPECT_EQ(view.header.algorithm(), request.algorithm());
+      EXPECT_TRUE(view.header.data().empty());
+    }
+  }
+}
+
+TEST(WireTest, EncodesWhatProtobufParses) {
+  v1::TransposeResponse header;
+  header.set_dtype(v1::DATA_TYPE_INT8);
+  header.mutable_shape()->set_rows(5);
+  header.mutable_stats()->set_backend("cpu");
+  const std::string data = "the matrix bytes";
+  auto owner = std::make_shared<int>(7);
+  std::weak_ptr<int> watch = owner;
+  {
+    grpc::ByteBuffer buffer = Encode(
+        header, {reinterpret_cast<const uint8_t*>(data.data()), data.size()},
+        std::move(owner));
+    EXPECT_FALSE(watch.expired());  // The buffer holds the owner.
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(buffer.Dump(&slices).ok());
+    std::string bytes;
+    for (const grpc::Slice& s : slices)
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    v1::TransposeResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(bytes));
+    EXPECT_EQ(parsed.data(), data);
+    EXPECT_EQ(parsed.stats().backend(), "cpu");
+    EXPECT_EQ(parsed.shape().rows(), 5u);
+    ResponseView view;
+    ASSERT_TRUE(Parse(buffer, view).ok());
+    EXPECT_EQ(Joined(view.data), data);
+  }
+  EXPECT_TRUE(watch.expired());  // Released with the last slice.
+}
+
+TEST(WireTest, EmptyDataAndNoFields) {
+  RequestView view;
+  ASSERT_TRUE(Parse(Encode(v1::TransposeRequest(), {}, nullptr), view).ok());
+  EXPECT_TRUE(view.data.empty());
+  EXPECT_EQ(view.header.dtype(), v1::DATA_TYPE_UNSPECIFIED);
+}
+
+TEST(WireTest, LastDataFieldWinsAndUnknownFieldsPass) {
+  // data "ab", an unknown fixed32 field 9, data "xyz".
+  const std::string bytes(
+      "\x1a\x02"
+      "ab"
+      "\x4d\x01\x02\x03\x04"
+      "\x1a\x03"
+      "xyz",
+      14);
+  RequestView view;
+  ASSERT_TRUE(Parse(Split(bytes, {3, 9}), view).ok());
+  EXPECT_EQ(Joined(view.data), "xyz");
+}
+
+TEST(WireTest, RejectsMalformedMessages) {
+  const std::string full = SampleRequest().SerializeAsString();
+  for (const std::string& bytes :
+       {full.substr(0, full.size() - 1),
+        std::string("\x1a\x05"
+                    "ab",
+                    4),
+        std::string("\x08\x80\x80", 3), std::string("\x0f", 1),
+        std::string("\x12\x02\xff\xff", 4)}) {
+    RequestView view;
+    EXPECT_EQ(Parse(Split(bytes, {}), view).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace transpose::wire

@@ -1,0 +1,262 @@
+// service_bench: the client library against the real transpose_server, next to
+// echo_server (the same API and client code with the transpose taken out)
+// measured in the same run on the same machine. Prints a Markdown table; --json
+// writes the figures too.
+//
+//   service_bench [--backend=cpu|cuda] [--reps=9] [--sizes=4096,16384]
+//   [--small_calls=3000]
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "tests/server_process.h"
+
+ABSL_FLAG(std::string, server_binary, "",
+          "transpose_server (default: beside this binary, or the build tree).");
+ABSL_FLAG(std::string, echo_binary, "",
+          "echo_server (default: beside this binary).");
+ABSL_FLAG(std::string, backend, "cpu", "The server's --backend.");
+ABSL_FLAG(
+    std::string, sizes, "4096",
+    "Square float32 matrix edges for the throughput rows (4096 = 64 MiB).");
+ABSL_FLAG(int, reps, 9,
+          "Timed repetitions per large case and server (median reported).");
+ABSL_FLAG(int, small_calls, 3000,
+          "Unary 64x64 calls per server for the latency row.");
+ABSL_FLAG(int, concurrency, 64,
+          "Callers for the small-request throughput row.");
+ABSL_FLAG(absl::Duration, concurrent_duration, absl::Seconds(3),
+          "Length of the concurrent run.");
+ABSL_FLAG(std::string, json, "", "Also write the figures here as JSON.");
+
+namespace transpose {
+namespace {
+
+using testing::ServerProcess;
+
+std::string Beside(const std::string& name, const std::string& build_relative) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return name;
+  std::string dir(self, n);
+  dir = dir.substr(0, dir.rfind('/'));
+  const std::string beside = absl::StrCat(dir, "/", name);
+  if (access(beside.c_str(), X_OK) == 0) return beside;
+  return absl::StrCat(dir, "/", build_relative);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v.empty()
+             ? 0
+             : v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+struct Endpoint {
+  std::string name;
+  std::unique_ptr<ServerProcess> process;
+  std::unique_ptr<Client> client;
+};
+
+Endpoint Launch(const std::string& name, const std::string& binary,
+                const std::vector<std::string>& args) {
+  Endpoint endpoint;
+  endpoint.name = name;
+  absl::StatusOr<std::unique_ptr<ServerProcess>> process =
+      ServerProcess::Start(binary, args);
+  if (!process.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                 process.status().ToString().c_str());
+    std::exit(1);
+  }
+  endpoint.process = *std::move(process);
+  ClientOptions options;
+  options.target = endpoint.process->address();
+  endpoint.client = *Client::Create(options);
+  return endpoint;
+}
+
+// Seconds for one transpose of `input` through `endpoint`.
+double TimeOne(Endpoint& endpoint, const MatrixView& input,
+               std::vector<uint8_t>& output) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<TransposeStats> stats =
+      endpoint.client->TransposeInto(input, absl::MakeSpan(output));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!stats.ok()) {
+    std::fprintf(stderr, "%s: %s\n", endpoint.name.c_str(),
+                 stats.status().ToString().c_str());
+    std::exit(1);
+  }
+  return seconds;
+}
+
+// Calls per second from `callers` threads for `duration`.
+double ConcurrentRate(Endpoint& endpoint, const MatrixView& input, int callers,
+                      absl::Duration duration) {
+  std::atomic<uint64_t> calls{0};
+  const absl::Time end = absl::Now() + duration;
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < callers; ++i) {
+    threads.emplace_back([&] {
+      std::vector<uint8_t> output(input.data.size());
+      while (absl::Now() < end) {
+        if (endpoint.client->TransposeInto(input, absl::MakeSpan(output)).ok())
+          ++calls;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return calls / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+int Run() {
+  std::string server_binary = absl::GetFlag(FLAGS_server_binary);
+  if (server_binary.empty())
+    server_binary = Beside("transpose_server", "../server/transpose_server");
+  std::string echo_binary = absl::GetFlag(FLAGS_echo_binary);
+  if (echo_binary.empty()) echo_binary = Beside("echo_server", "echo_server");
+
+  Endpoint service =
+      Launch("transpose_server", server_binary,
+             {absl::StrCat("--backend=", absl::GetFlag(FLAGS_backend)),
+              "--log_level=error", "--max_message_bytes=1073741824"});
+  Endpoint echo = Launch("echo_server", echo_binary, {"--metrics_address="});
+  Endpoint pipelined = Launch("echo_server --pipelined", echo_binary,
+                              {"--metrics_address=", "--pipelined"});
+  absl::StatusOr<v1::ServerInfo> info = service.client->GetServerInfo();
+  const std::string device =
+      info.ok() && info->backends_size() > 0
+          ? absl::StrCat(info->backends(0).name(), " (",
+                         info->backends(0).device_name(), ")")
+          : "?";
+  std::printf(
+      "service_bench: transpose_server --backend=%s on %s; host has %u "
+      "cores\n\n",
+      absl::GetFlag(FLAGS_backend).c_str(), device.c_str(),
+      std::thread::hardware_concurrency());
+  std::printf(
+      "| case | transpose_server | echo_server | ratio | echo_server "
+      "--pipelined |\n"
+      "|---|---|---|---|---|\n");
+  std::string json = "{\n";
+
+  std::mt19937 rng(7);
+  for (absl::string_view edge_text :
+       absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
+    uint64_t edge = 0;
+    if (!absl::SimpleAtoi(edge_text, &edge)) return 2;
+    const MatrixShape shape{1, edge, edge};
+    std::vector<uint8_t> data(shape.elements() * 4);
+    for (size_t i = 0; i < data.size(); i += 4096)
+      data[i] = static_cast<uint8_t>(rng());
+    std::vector<uint8_t> output(data.size());
+    const MatrixView input{DataType::kFloat32, shape, data};
+    TimeOne(service, input,
+            output);  // Warm-up: buffers, connections, page faults.
+    TimeOne(echo, input, output);
+    TimeOne(pipelined, input, output);
+    std::vector<double> service_s, echo_s, pipelined_s;
+    for (int i = 0; i < absl::GetFlag(FLAGS_reps);
+         ++i) {  // Interleaved, so drift hits all.
+      service_s.push_back(TimeOne(service, input, output));
+      echo_s.push_back(TimeOne(echo, input, output));
+      pipelined_s.push_back(TimeOne(pipelined, input, output));
+    }
+    const double moved = 2.0 * data.size();
+    const double service_rate = moved / Median(service_s);
+    const double echo_rate = moved / Median(echo_s);
+    const double pipelined_rate = moved / Median(pipelined_s);
+    std::printf(
+        "| float32 %llux%llu (%.0f MiB), streamed: GB/s in+out, median of %d | "
+        "%.3f | %.3f | %.1f%% | %.3f |\n",
+        static_cast<unsigned long long>(edge),
+        static_cast<unsigned long long>(edge), data.size() / 1048576.0,
+        absl::GetFlag(FLAGS_reps), service_rate / 1e9, echo_rate / 1e9,
+        100 * service_rate / echo_rate, pipelined_rate / 1e9);
+    std::fflush(stdout);
+    absl::StrAppend(
+        &json, absl::StrFormat("  \"float32_%d_gbps\": {\"service\": %.4f, "
+                               "\"echo\": %.4f, \"echo_pipelined\": %.4f},\n",
+                               edge, service_rate / 1e9, echo_rate / 1e9,
+                               pipelined_rate / 1e9));
+  }
+
+  // Small unary requests: latency, alternating blocks.
+  {
+    const MatrixShape shape{1, 64, 64};
+    std::vector<uint8_t> data(shape.elements() * 4, 1);
+    std::vector<uint8_t> output(data.size());
+    const MatrixView input{DataType::kFloat32, shape, data};
+    std::vector<double> service_s, echo_s;
+    for (int i = 0; i < 200; ++i) {
+      TimeOne(service, input, output);
+      TimeOne(echo, input, output);
+    }
+    const int calls = absl::GetFlag(FLAGS_small_calls);
+    for (int block = 0; block < calls / 100; ++block) {
+      for (int i = 0; i < 100; ++i)
+        service_s.push_back(TimeOne(service, input, output));
+      for (int i = 0; i < 100; ++i)
+        echo_s.push_back(TimeOne(echo, input, output));
+    }
+    for (double p : {0.5, 0.9, 0.99}) {
+      const double a = Percentile(service_s, p), b = Percentile(echo_s, p);
+      std::printf(
+          "| float32 64x64 unary, p%.0f latency (µs), %zu calls | %.1f | %.1f "
+          "| %.2fx | |\n",
+          100 * p, service_s.size(), a * 1e6, b * 1e6, a / b);
+      absl::StrAppend(&json,
+                      absl::StrFormat("  \"small_unary_p%.0f_us\": "
+                                      "{\"service\": %.2f, \"echo\": %.2f},\n",
+                                      100 * p, a * 1e6, b * 1e6));
+    }
+    const int callers = absl::GetFlag(FLAGS_concurrency);
+    const absl::Duration duration = absl::GetFlag(FLAGS_concurrent_duration);
+    const double service_rate =
+        ConcurrentRate(service, input, callers, duration);
+    const double echo_rate = ConcurrentRate(echo, input, callers, duration);
+    std::printf(
+        "| float32 64x64 unary, %d concurrent callers: calls/s | %.0f | %.0f | "
+        "%.1f%% | |\n",
+        callers, service_rate, echo_rate, 100 * service_rate / echo_rate);
+    absl::StrAppend(&json,
+                    absl::StrFormat("  \"small_unary_concurrent_calls_per_s\": "
+                                    "{\"service\": %.1f, \"echo\": %.1f}\n",
+                                    service_rate, echo_rate));
+  }
+  json += "}\n";
+  if (!absl::GetFlag(FLAGS_json).empty())
+    std::ofstream(absl::GetFlag(FLAGS_json)) << json;
+  return 0;
+}
+
+}  // namespace
+}  // namespace transpose
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return transpose::Run();
+}
