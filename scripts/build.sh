@@ -19,9 +19,10 @@ fi
 # shellcheck disable=SC2206
 configure+=(${CMAKE_ARGS:-})
 
-cmake "${configure[@]}" >"$build_dir.configure.log" 2>&1 || {
-  cat "$build_dir.configure.log"
+mkdir -p "$build_dir"
+cmake "${configure[@]}" >"$build_dir/configure.log" 2>&1 || {
+  cat "$build_dir/configure.log"
   exit 1
 }
-grep -E "^-- transpose:" "$build_dir.configure.log" || true
+grep -E "^-- transpose:" "$build_dir/configure.log" || true
 cmake --build "$build_dir" -j "$(nproc)" "$@"
