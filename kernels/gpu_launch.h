@@ -1,5 +1,6 @@
 // The boundary between the nvcc-compiled kernels and the host library that
-// wraps them in absl types (nvcc never sees Abseil). Internal to kernels/.
+// wraps them in absl::Status (the .cu files return plain cudaError_t values).
+// Internal to kernels/ and its benchmark.
 #ifndef TRANSPOSE_KERNELS_GPU_LAUNCH_H_
 #define TRANSPOSE_KERNELS_GPU_LAUNCH_H_
 
@@ -18,7 +19,19 @@ enum class Kernel : int {
   // tile[64][65] with 64x8 threads: each thread moves 8 elements, more loads in
   // flight per warp.
   kPadded64x8,
+  // 16-byte chunks both ways (2- to 16-byte elements); needs CanVectorize.
+  kVector,
+  // 4 x 4 byte blocks transposed in registers (1-byte elements); needs
+  // CanUseWords.
+  kWord,
 };
+
+// Whether kVector can run `args`: rows and columns whose byte lengths are
+// multiples of 16, and 16-byte aligned buffers.
+bool CanVectorize(const TransposeArgs& args);
+// Whether kWord can run `args`: 1-byte elements, rows and columns multiples of
+// 4, 4-byte aligned buffers.
+bool CanUseWords(const TransposeArgs& args);
 
 // Dynamic shared memory `kernel` needs per block for `element_size`-byte
 // elements.

@@ -11,10 +11,42 @@ namespace {
 
 using internal::Kernel;
 
-absl::StatusOr<Kernel> KernelFor(Algorithm algorithm) {
+// Fraction of the matrix covered by whole tile_rows x tile_cols tiles.
+double FullTileFraction(const TransposeArgs& args, uint64_t tile_rows,
+                        uint64_t tile_cols) {
+  const double full = static_cast<double>(args.rows / tile_rows * tile_rows) *
+                      static_cast<double>(args.cols / tile_cols * tile_cols);
+  return full /
+         (static_cast<double>(args.rows) * static_cast<double>(args.cols));
+}
+
+// AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): the word
+// kernel for bytes, the vector kernel for 2- and 16-byte elements where its
+// 16-byte accesses are possible and its larger tiles are mostly full (a batch
+// of 64 x 64 2-byte matrices would leave its 64 x 128 tiles half empty), the
+// padded 64 x 64 tile with 64 x 8 threads otherwise, which is as fast as any
+// for 4- and 8-byte elements.
+Kernel AutoKernel(const TransposeArgs& args) {
+  switch (args.element_size) {
+    case 1:
+      return internal::CanUseWords(args) ? Kernel::kWord : Kernel::kPadded64x8;
+    case 2:
+      return internal::CanVectorize(args) &&
+                     FullTileFraction(args, 64, 128) >= 0.75
+                 ? Kernel::kVector
+                 : Kernel::kPadded64x8;
+    case 16:
+      return internal::CanVectorize(args) ? Kernel::kVector : Kernel::kPadded32;
+    default:
+      return Kernel::kPadded64x8;
+  }
+}
+
+absl::StatusOr<Kernel> KernelFor(Algorithm algorithm,
+                                 const TransposeArgs& args) {
   switch (algorithm) {
     case Algorithm::kAuto:
-      return Kernel::kPadded64x8;
+      return AutoKernel(args);
     case Algorithm::kNaive:
       return Kernel::kNaive;
     case Algorithm::kShared:
@@ -40,6 +72,10 @@ absl::string_view NameOf(Kernel kernel) {
       return "padded_64";
     case Kernel::kPadded64x8:
       return "padded_64x8";
+    case Kernel::kVector:
+      return "vector";
+    case Kernel::kWord:
+      return "word";
   }
   return "unknown";
 }
@@ -52,14 +88,21 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
 
 }  // namespace
 
-absl::string_view KernelName(Algorithm algorithm, const TransposeArgs&) {
-  absl::StatusOr<Kernel> kernel = KernelFor(algorithm);
+absl::Span<const absl::string_view> AllKernelNames() {
+  static constexpr absl::string_view kNames[] = {
+      "naive",       "shared", "padded_32", "padded_64",
+      "padded_64x8", "vector", "word"};
+  return kNames;
+}
+
+absl::string_view KernelName(Algorithm algorithm, const TransposeArgs& args) {
+  absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
   return kernel.ok() ? NameOf(*kernel) : "unknown";
 }
 
 absl::Status CanImplement(Algorithm algorithm, const TransposeArgs& args) {
   if (absl::Status status = CheckArgs(args); !status.ok()) return status;
-  absl::StatusOr<Kernel> kernel = KernelFor(algorithm);
+  absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
   if (!kernel.ok()) return kernel.status();
   int device = 0;
   if (absl::Status status = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
@@ -86,7 +129,7 @@ absl::Status CanImplement(Algorithm algorithm, const TransposeArgs& args) {
 
 absl::Status LaunchTranspose(Algorithm algorithm, const TransposeArgs& args,
                              void* cuda_stream) {
-  absl::StatusOr<Kernel> kernel = KernelFor(algorithm);
+  absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
   if (!kernel.ok()) return kernel.status();
   const int error = internal::Launch(*kernel, args, cuda_stream);
   return CudaStatus(static_cast<cudaError_t>(error),

@@ -14,6 +14,9 @@ namespace transpose::kernels {
 // picks). A small, fixed set of names, fit for metric labels.
 absl::string_view KernelName(Algorithm algorithm, const TransposeArgs& args);
 
+// Every name KernelName can return.
+absl::Span<const absl::string_view> AllKernelNames();
+
 // OK when `algorithm` can run `args` on the current device: CheckArgs holds and
 // the kernel's shared memory fits the device. INVALID_ARGUMENT or UNIMPLEMENTED
 // otherwise.

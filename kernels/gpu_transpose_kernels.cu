@@ -1,6 +1,10 @@
-// The classic transpose kernels. Every kernel handles any shape: partial edge
-// tiles are bounds checked, and the grid strides over row tiles and batch
-// entries past the grid's y and z limits, with 64-bit offsets throughout.
+// The transpose kernels. Each block transposes one tile; the host launches
+// grids of at most 65535 tile rows and 65535 batch entries at a time, so
+// kernels carry no grid-stride loops (they cost registers, and registers cost
+// occupancy). Every kernel handles any shape its launcher accepts: a block
+// whose tile reaches past the matrix's edge takes a bounds-checked path (the
+// branch is uniform across the block), interior tiles run unchecked. Offsets
+// are 64-bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,32 +15,51 @@
 namespace transpose::kernels::internal {
 namespace {
 
+struct alignas(8) Element8 {
+  uint32_t lo, hi;
+};
 struct alignas(16) Element16 {
   uint64_t lo, hi;
 };
 
-constexpr unsigned kMaxGridY = 65535;
-constexpr unsigned kMaxGridZ = 65535;
+constexpr uint64_t kMaxGridY = 65535;
+constexpr uint64_t kMaxGridZ = 65535;
+
+// Where a block's tile starts, and how much of it lies inside the matrix.
+struct Tile {
+  uint64_t row0, col0;
+  uint32_t rows, cols;  // In-matrix extent, up to the tile's size.
+  uint64_t offset;      // Of the block's matrix in the batch, in elements.
+};
+
+template <int kTileRows, int kTileCols>
+__device__ __forceinline__ Tile LocateTile(uint64_t rows, uint64_t cols,
+                                           uint64_t row_tile0,
+                                           uint64_t batch0) {
+  Tile t;
+  t.row0 = (row_tile0 + blockIdx.y) * kTileRows;
+  t.col0 = uint64_t{blockIdx.x} * kTileCols;
+  t.rows = static_cast<uint32_t>(min(uint64_t{kTileRows}, rows - t.row0));
+  t.cols = static_cast<uint32_t>(min(uint64_t{kTileCols}, cols - t.col0));
+  t.offset = (batch0 + blockIdx.z) * rows * cols;
+  return t;
+}
 
 // Coalesced reads, strided writes: a warp reads one 128-byte line of a row but
-// writes 32 elements 'rows' apart, one cache line each, so writes run at a
+// writes 32 elements `rows` apart, one cache line each, so writes run at a
 // fraction of DRAM bandwidth.
 template <typename T, int kTile, int kBlockRows>
-__global__ void NaiveTranspose(const T* __restrict__ in, T* __restrict__ out,
-                               uint64_t rows, uint64_t cols, uint64_t batch,
-                               uint64_t row_tiles) {
-  const uint64_t matrix = rows * cols;
-  const uint64_t c = uint64_t{blockIdx.x} * kTile + threadIdx.x;
-  for (uint64_t b = blockIdx.z; b < batch; b += gridDim.z) {
-    const T* src = in + b * matrix;
-    T* dst = out + b * matrix;
-    for (uint64_t ty = blockIdx.y; ty < row_tiles; ty += gridDim.y) {
+__global__ void __launch_bounds__(kTile* kBlockRows)
+    NaiveTranspose(const T* __restrict__ in, T* __restrict__ out, uint64_t rows,
+                   uint64_t cols, uint64_t row_tile0, uint64_t batch0) {
+  const Tile t = LocateTile<kTile, kTile>(rows, cols, row_tile0, batch0);
+  const T* src = in + t.offset + t.row0 * cols + t.col0;
+  T* dst = out + t.offset + t.col0 * rows + t.row0;
+  const uint32_t c = threadIdx.x;
 #pragma unroll
-      for (int j = 0; j < kTile; j += kBlockRows) {
-        const uint64_t r = ty * kTile + threadIdx.y + j;
-        if (r < rows && c < cols) dst[c * rows + r] = src[r * cols + c];
-      }
-    }
+  for (int j = 0; j < kTile; j += kBlockRows) {
+    const uint32_t r = threadIdx.y + j;
+    if (r < t.rows && c < t.cols) dst[c * rows + r] = src[r * cols + c];
   }
 }
 
@@ -46,40 +69,188 @@ __global__ void NaiveTranspose(const T* __restrict__ in, T* __restrict__ out,
 // elements. kPad = 1 shifts each row by one bank, so a column spans all 32
 // banks and the kernel runs near copy speed.
 template <typename T, int kTile, int kBlockRows, int kPad>
-__global__ void TiledTranspose(const T* __restrict__ in, T* __restrict__ out,
-                               uint64_t rows, uint64_t cols, uint64_t batch,
-                               uint64_t row_tiles) {
+__global__ void __launch_bounds__(kTile* kBlockRows)
+    TiledTranspose(const T* __restrict__ in, T* __restrict__ out, uint64_t rows,
+                   uint64_t cols, uint64_t row_tile0, uint64_t batch0) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* tile = reinterpret_cast<T*>(shared_bytes);
   constexpr int kStride = kTile + kPad;
-  const uint64_t matrix = rows * cols;
-  const uint64_t col0 = uint64_t{blockIdx.x} * kTile;
-  for (uint64_t b = blockIdx.z; b < batch; b += gridDim.z) {
-    const T* src = in + b * matrix;
-    T* dst = out + b * matrix;
-    for (uint64_t ty = blockIdx.y; ty < row_tiles; ty += gridDim.y) {
-      const uint64_t row0 = ty * kTile;
-      const uint64_t c = col0 + threadIdx.x;
+  const Tile t = LocateTile<kTile, kTile>(rows, cols, row_tile0, batch0);
+  const T* src = in + t.offset + t.row0 * cols + t.col0;
+  T* dst = out + t.offset + t.col0 * rows + t.row0;
+  const uint32_t x = threadIdx.x;
+  if (t.rows == kTile && t.cols == kTile) {
 #pragma unroll
-      for (int j = 0; j < kTile; j += kBlockRows) {
-        const uint64_t r = row0 + threadIdx.y + j;
-        if (r < rows && c < cols) {
-          tile[(threadIdx.y + j) * kStride + threadIdx.x] = src[r * cols + c];
-        }
-      }
-      __syncthreads();
-      // Output row = input column, output column = input row.
-      const uint64_t out_c = row0 + threadIdx.x;
-#pragma unroll
-      for (int j = 0; j < kTile; j += kBlockRows) {
-        const uint64_t out_r = col0 + threadIdx.y + j;
-        if (out_r < cols && out_c < rows) {
-          dst[out_r * rows + out_c] =
-              tile[threadIdx.x * kStride + threadIdx.y + j];
-        }
-      }
-      __syncthreads();
+    for (int j = 0; j < kTile; j += kBlockRows) {
+      tile[(threadIdx.y + j) * kStride + x] = src[(threadIdx.y + j) * cols + x];
     }
+    __syncthreads();
+    // Output row = input column, output column = input row.
+#pragma unroll
+    for (int j = 0; j < kTile; j += kBlockRows) {
+      dst[(threadIdx.y + j) * rows + x] = tile[x * kStride + threadIdx.y + j];
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kTile; j += kBlockRows) {
+      const uint32_t r = threadIdx.y + j;
+      if (r < t.rows && x < t.cols) tile[r * kStride + x] = src[r * cols + x];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kTile; j += kBlockRows) {
+      const uint32_t c = threadIdx.y + j;
+      if (c < t.cols && x < t.rows) dst[c * rows + x] = tile[x * kStride + c];
+    }
+  }
+}
+
+// Row `r`'s 16-byte chunk `chunk` of a shared tile, XOR-swizzled by row group
+// so that both the row-wise writes and the column-wise reads of a warp spread
+// over all banks without padding.
+template <int E>
+__device__ __forceinline__ int SwizzledChunk(int r, int chunk) {
+  return chunk ^ ((r / E) & 7);
+}
+
+// Packs a 16-byte chunk of elements into the four words of one vector store.
+__device__ __forceinline__ uint4 Pack(const uint16_t (&e)[8]) {
+  return make_uint4(e[0] | uint32_t{e[1]} << 16, e[2] | uint32_t{e[3]} << 16,
+                    e[4] | uint32_t{e[5]} << 16, e[6] | uint32_t{e[7]} << 16);
+}
+__device__ __forceinline__ uint4 Pack(const uint32_t (&e)[4]) {
+  return make_uint4(e[0], e[1], e[2], e[3]);
+}
+__device__ __forceinline__ uint4 Pack(const Element8 (&e)[2]) {
+  return make_uint4(e[0].lo, e[0].hi, e[1].lo, e[1].hi);
+}
+__device__ __forceinline__ uint4 Pack(const Element16 (&e)[1]) {
+  return make_uint4(
+      static_cast<uint32_t>(e[0].lo), static_cast<uint32_t>(e[0].lo >> 32),
+      static_cast<uint32_t>(e[0].hi), static_cast<uint32_t>(e[0].hi >> 32));
+}
+
+// 16-byte global loads and stores both ways for 2-, 4-, 8- and 16-byte
+// elements: a thread loads 16-byte chunks of input rows, and stores 16-byte
+// chunks of output rows gathered from E = 16 / S input rows, so a warp moves
+// 512 bytes per instruction either way, and 2-byte elements no longer cost a
+// global instruction each. Needs rows and columns whose byte lengths are
+// multiples of 16.
+template <typename T, int TR, int TC, int NT>
+__global__ void __launch_bounds__(NT)
+    VectorTranspose(const T* __restrict__ in, T* __restrict__ out,
+                    uint64_t rows, uint64_t cols, uint64_t row_tile0,
+                    uint64_t batch0) {
+  constexpr int S = sizeof(T);
+  constexpr int E = 16 / S;        // Elements per chunk.
+  constexpr int CH = TC / E;       // Chunks per tile row.
+  constexpr int NV_IN = TR * CH;   // Input chunks per tile.
+  constexpr int QN = TR / E;       // Output chunks per output tile row.
+  constexpr int NV_OUT = TC * QN;  // Output chunks per tile.
+  constexpr int A = E,
+                B = 32 / E;  // A warp writes A output rows x B chunks of each.
+  static_assert(NV_IN % NT == 0 && NV_OUT % NT == 0 && QN % B == 0 &&
+                TC % A == 0);
+  __shared__ __align__(16) uint4 tile[TR * CH];
+  T* const elements = reinterpret_cast<T*>(tile);
+  const Tile t = LocateTile<TR, TC>(rows, cols, row_tile0, batch0);
+  const T* src = in + t.offset + t.row0 * cols + t.col0;
+  T* dst = out + t.offset + t.col0 * rows + t.row0;
+  if (t.rows == TR && t.cols == TC) {
+    uint4 v[NV_IN / NT];
+#pragma unroll
+    for (int i = 0; i < NV_IN / NT;
+         ++i) {  // Every load in flight before the first store.
+      const int idx = threadIdx.x + i * NT, r = idx / CH, ch = idx % CH;
+      v[i] = *reinterpret_cast<const uint4*>(src + r * cols + ch * E);
+    }
+#pragma unroll
+    for (int i = 0; i < NV_IN / NT; ++i) {
+      const int idx = threadIdx.x + i * NT, r = idx / CH, ch = idx % CH;
+      tile[r * CH + SwizzledChunk<E>(r, ch)] = v[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < NV_OUT / NT; ++i) {
+      const int idx = threadIdx.x + i * NT, rest = idx / 32;
+      const int j = (rest % (TC / A)) * A + idx % A;
+      const int q = (rest / (TC / A)) * B + (idx / A) % B;
+      T e[E];
+#pragma unroll
+      for (int k = 0; k < E; ++k) {
+        const int r = q * E + k;
+        e[k] = elements[(r * CH + SwizzledChunk<E>(r, j / E)) * E + j % E];
+      }
+      // An explicit 16-byte store: the compiler cannot prove the address
+      // aligned and would otherwise split it into E narrow stores.
+      __stwb(reinterpret_cast<uint4*>(dst + j * rows + q * E), Pack(e));
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < TR * TC; idx += NT) {
+      const int r = idx / TC, c = idx % TC;
+      if (r < t.rows && c < t.cols) {
+        elements[(r * CH + SwizzledChunk<E>(r, c / E)) * E + c % E] =
+            src[r * cols + c];
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < TR * TC; idx += NT) {
+      const int j = idx / TR, r = idx % TR;
+      if (r < t.rows && j < t.cols) {
+        dst[j * rows + r] =
+            elements[(r * CH + SwizzledChunk<E>(r, j / E)) * E + j % E];
+      }
+    }
+  }
+}
+
+// 1-byte elements as 4-byte words: a thread reads 4 words from 4 consecutive
+// rows of the shared tile and transposes that 4 x 4 byte block in registers
+// (__byte_perm), so every global and shared access moves a word instead of a
+// byte. Shared words are XOR-swizzled by row group. Needs rows and columns that
+// are multiples of 4; `rows` and `cols` here count bytes.
+template <int TR, int TW, int NT>
+__global__ void __launch_bounds__(NT)
+    WordTranspose(const uint32_t* __restrict__ in, uint32_t* __restrict__ out,
+                  uint64_t rows, uint64_t cols, uint64_t row_tile0,
+                  uint64_t batch0) {
+  constexpr int G = TR / 4;  // Row groups = output words per output tile row.
+  static_assert(TW % 32 == 0 && G % 32 == 0 && (TR * TW) % NT == 0 &&
+                (TW * G) % NT == 0);
+  __shared__ uint32_t tile[TR * TW];
+  const uint64_t words = cols / 4, out_words = rows / 4;
+  const Tile t = LocateTile<TR, TW>(rows, words, row_tile0, batch0);
+  const uint32_t* src = in + t.offset + t.row0 * words + t.col0;
+  uint32_t* dst = out + t.offset + t.col0 * 4 * out_words + t.row0 / 4;
+  const bool full = t.rows == TR && t.cols == TW;
+  uint32_t v[TR * TW / NT];
+#pragma unroll
+  for (int i = 0; i < TR * TW / NT; ++i) {
+    const int idx = threadIdx.x + i * NT, r = idx / TW, w = idx % TW;
+    v[i] = full || (r < t.rows && w < t.cols) ? src[r * words + w] : 0;
+  }
+#pragma unroll
+  for (int i = 0; i < TR * TW / NT; ++i) {
+    const int idx = threadIdx.x + i * NT, r = idx / TW, w = idx % TW;
+    tile[r * TW + (w ^ ((r / 4) & 31))] = v[i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < TW * G / NT; ++i) {
+    const int idx = threadIdx.x + i * NT, g = idx % G, w = idx / G;
+    if (!full && (w >= t.cols || g * 4 >= t.rows)) continue;
+    uint32_t a[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a[k] = tile[(g * 4 + k) * TW + (w ^ (g & 31))];
+    const uint32_t t0 = __byte_perm(a[0], a[1], 0x5140),
+                   t1 = __byte_perm(a[0], a[1], 0x7362);
+    const uint32_t t2 = __byte_perm(a[2], a[3], 0x5140),
+                   t3 = __byte_perm(a[2], a[3], 0x7362);
+    uint32_t* row = dst + (w * 4) * out_words + g;
+    row[0] = __byte_perm(t0, t2, 0x5410);
+    row[out_words] = __byte_perm(t0, t2, 0x7632);
+    row[2 * out_words] = __byte_perm(t1, t3, 0x5410);
+    row[3 * out_words] = __byte_perm(t1, t3, 0x7632);
   }
 }
 
@@ -101,26 +272,43 @@ LaunchShape ShapeOf(Kernel kernel) {
       return {64, 16, 1};
     case Kernel::kPadded64x8:
       return {64, 8, 1};
+    default:
+      break;
   }
   return {32, 8, 1};
+}
+
+// Launches `kernel_fn` over tiles of `tile_rows` x `tile_cols`, in grids of at
+// most 65535 tile rows and batch entries each.
+template <typename Function, typename In, typename Out>
+cudaError_t LaunchGrids(Function kernel_fn, dim3 block, size_t shared,
+                        cudaStream_t stream, const In* in, Out* out,
+                        uint64_t batch, uint64_t rows, uint64_t cols,
+                        uint64_t tile_rows, uint64_t tile_cols) {
+  const uint64_t row_tiles = (rows + tile_rows - 1) / tile_rows;
+  const uint64_t col_tiles = (cols + tile_cols - 1) / tile_cols;
+  if (col_tiles > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
+  for (uint64_t b0 = 0; b0 < batch; b0 += kMaxGridZ) {
+    for (uint64_t y0 = 0; y0 < row_tiles; y0 += kMaxGridY) {
+      const dim3 grid(
+          static_cast<unsigned>(col_tiles),
+          static_cast<unsigned>(std::min(kMaxGridY, row_tiles - y0)),
+          static_cast<unsigned>(std::min(kMaxGridZ, batch - b0)));
+      kernel_fn<<<grid, block, shared, stream>>>(in, out, rows, cols, y0, b0);
+      if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
+        return error;
+    }
+  }
+  return cudaSuccess;
 }
 
 template <typename T>
 cudaError_t LaunchTyped(Kernel kernel, const TransposeArgs& args,
                         cudaStream_t stream) {
   const LaunchShape shape = ShapeOf(kernel);
-  const uint64_t row_tiles = (args.rows + shape.tile - 1) / shape.tile;
-  const uint64_t col_tiles = (args.cols + shape.tile - 1) / shape.tile;
-  if (col_tiles > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
-  const dim3 grid(
-      static_cast<unsigned>(col_tiles),
-      static_cast<unsigned>(std::min<uint64_t>(row_tiles, kMaxGridY)),
-      static_cast<unsigned>(std::min<uint64_t>(args.batch, kMaxGridZ)));
-  const dim3 block(shape.tile, shape.block_rows);
   const T* in = static_cast<const T*>(args.input);
   T* out = static_cast<T*>(args.output);
   const size_t shared = SharedMemoryBytes(kernel, sizeof(T));
-
   void (*function)(const T*, T*, uint64_t, uint64_t, uint64_t, uint64_t) =
       nullptr;
   switch (kernel) {
@@ -139,24 +327,102 @@ cudaError_t LaunchTyped(Kernel kernel, const TransposeArgs& args,
     case Kernel::kPadded64x8:
       function = TiledTranspose<T, 64, 8, 1>;
       break;
+    default:
+      return cudaErrorInvalidValue;
   }
   if (shared > 48 * 1024) {
-    // Opting in past 48 KiB is per function and per device; it is a host-side
+    // Opting in past 48 KiB is per function and per device; a host-side
     // attribute, cheap enough to set on every launch.
     cudaError_t error = cudaFuncSetAttribute(
         function, cudaFuncAttributeMaxDynamicSharedMemorySize,
         static_cast<int>(shared));
     if (error != cudaSuccess) return error;
   }
-  function<<<grid, block, shared, stream>>>(in, out, args.rows, args.cols,
-                                            args.batch, row_tiles);
-  return cudaGetLastError();
+  return LaunchGrids(function, dim3(shape.tile, shape.block_rows), shared,
+                     stream, in, out, args.batch, args.rows, args.cols,
+                     shape.tile, shape.tile);
+}
+
+// Tile shapes for the vector kernel, per element size: 16 KiB tiles, 256
+// threads.
+template <typename T>
+struct VectorShape;
+template <>
+struct VectorShape<uint16_t> {
+  static constexpr int kRows = 64, kCols = 128;
+};
+template <>
+struct VectorShape<uint32_t> {
+  static constexpr int kRows = 64, kCols = 64;
+};
+template <>
+struct VectorShape<Element8> {
+  static constexpr int kRows = 64, kCols = 32;
+};
+template <>
+struct VectorShape<Element16> {
+  static constexpr int kRows = 32, kCols = 32;
+};
+
+template <typename T>
+cudaError_t LaunchVector(const TransposeArgs& args, cudaStream_t stream) {
+  constexpr int kRows = VectorShape<T>::kRows, kCols = VectorShape<T>::kCols,
+                kThreads = 256;
+  return LaunchGrids(VectorTranspose<T, kRows, kCols, kThreads>, dim3(kThreads),
+                     0, stream, static_cast<const T*>(args.input),
+                     static_cast<T*>(args.output), args.batch, args.rows,
+                     args.cols, kRows, kCols);
+}
+
+cudaError_t LaunchWord(const TransposeArgs& args, cudaStream_t stream) {
+  constexpr int kRows = 128, kWords = 64, kThreads = 512;
+  // The kernel takes byte counts; its tiles are kRows x kWords words, so the
+  // tile grid is laid out over words.
+  const uint64_t row_tiles = (args.rows + kRows - 1) / kRows;
+  const uint64_t col_tiles = (args.cols / 4 + kWords - 1) / kWords;
+  if (col_tiles > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
+  const auto* in = static_cast<const uint32_t*>(args.input);
+  auto* out = static_cast<uint32_t*>(args.output);
+  for (uint64_t b0 = 0; b0 < args.batch; b0 += kMaxGridZ) {
+    for (uint64_t y0 = 0; y0 < row_tiles; y0 += kMaxGridY) {
+      const dim3 grid(
+          static_cast<unsigned>(col_tiles),
+          static_cast<unsigned>(std::min(kMaxGridY, row_tiles - y0)),
+          static_cast<unsigned>(std::min(kMaxGridZ, args.batch - b0)));
+      WordTranspose<kRows, kWords, kThreads><<<grid, kThreads, 0, stream>>>(
+          in, out, args.rows, args.cols, y0, b0);
+      if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
+        return error;
+    }
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
 
+bool CanVectorize(const TransposeArgs& args) {
+  const auto aligned = [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  };
+  return args.element_size >= 2 && (args.rows * args.element_size) % 16 == 0 &&
+         (args.cols * args.element_size) % 16 == 0 && aligned(args.input) &&
+         aligned(args.output);
+}
+
+bool CanUseWords(const TransposeArgs& args) {
+  const auto aligned = [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 4 == 0;
+  };
+  return args.element_size == 1 && args.rows % 4 == 0 && args.cols % 4 == 0 &&
+         aligned(args.input) && aligned(args.output);
+}
+
 size_t SharedMemoryBytes(Kernel kernel, size_t element_size) {
-  if (kernel == Kernel::kNaive) return 0;
+  // The naive kernel uses none; the vector and word kernels declare theirs
+  // statically.
+  if (kernel == Kernel::kNaive || kernel == Kernel::kVector ||
+      kernel == Kernel::kWord)
+    return 0;
   const LaunchShape shape = ShapeOf(kernel);
   return static_cast<size_t>(shape.tile) * (shape.tile + shape.pad) *
          element_size;
@@ -164,6 +430,24 @@ size_t SharedMemoryBytes(Kernel kernel, size_t element_size) {
 
 int Launch(Kernel kernel, const TransposeArgs& args, void* stream) {
   cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
+  if (kernel == Kernel::kVector) {
+    if (!CanVectorize(args)) return cudaErrorInvalidValue;
+    switch (args.element_size) {
+      case 2:
+        return LaunchVector<uint16_t>(args, cuda_stream);
+      case 4:
+        return LaunchVector<uint32_t>(args, cuda_stream);
+      case 8:
+        return LaunchVector<Element8>(args, cuda_stream);
+      case 16:
+        return LaunchVector<Element16>(args, cuda_stream);
+    }
+    return cudaErrorInvalidValue;
+  }
+  if (kernel == Kernel::kWord) {
+    if (!CanUseWords(args)) return cudaErrorInvalidValue;
+    return LaunchWord(args, cuda_stream);
+  }
   switch (args.element_size) {
     case 1:
       return LaunchTyped<uint8_t>(kernel, args, cuda_stream);

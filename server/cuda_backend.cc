@@ -200,12 +200,8 @@ absl::Status CudaBackend::Init() {
   info_.streams = std::max(1, options_.streams_per_device);
   info_.algorithms.assign(kernels::AllAlgorithms().begin(),
                           kernels::AllAlgorithms().end());
-  for (kernels::Algorithm algorithm : info_.algorithms) {
-    const std::string name(kernels::KernelName(algorithm, {}));
-    if (std::find(info_.kernel_names.begin(), info_.kernel_names.end(), name) ==
-        info_.kernel_names.end()) {
-      info_.kernel_names.push_back(name);
-    }
+  for (absl::string_view name : kernels::AllKernelNames()) {
+    info_.kernel_names.emplace_back(name);
   }
 
   slots_.resize(info_.streams);

@@ -1,0 +1,316 @@
+// transpose_bench: every GPU transpose kernel next to cudaMemcpy
+// device-to-device of the same bytes, in one run. For each case it prints GB/s
+// ((bytes read + bytes written) / time, median of
+// --reps timed runs after warm-up, CUDA events) and the fraction of the memcpy
+// figure: memcpy, the classic kernels, the production kernels AUTO chooses
+// from, cuBLAS geam (4- and 8-byte, loaded at run time if the machine has it)
+// and AUTO. Every result is spot-checked on the device. A Markdown table goes
+// to stdout, the figures as JSON to --json.
+//
+//   transpose_bench [--json=FILE] [--reps=25] [--quick]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/gpu_launch.h"
+#include "kernels/gpu_transpose.h"
+
+namespace transpose::kernels {
+namespace {
+
+void Check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+    std::exit(1);
+  }
+}
+
+// Counts positions (sampled) where out is not the transpose of in.
+__global__ void CountMismatches(const uint8_t* in, const uint8_t* out,
+                                uint64_t batch, uint64_t rows, uint64_t cols,
+                                int size, uint64_t samples,
+                                unsigned long long* mismatches) {
+  const uint64_t total = batch * rows * cols;
+  for (uint64_t s = blockIdx.x * blockDim.x + threadIdx.x; s < samples;
+       s += gridDim.x * blockDim.x) {
+    uint64_t x = (s + 1) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 29;
+    const uint64_t e =
+        (s < 64 ? s * (total / 64) + s % 7 : x) % total;  // Spread + random.
+    const uint64_t b = e / (rows * cols), r = e / cols % rows, c = e % cols;
+    const uint8_t* a = in + e * size;
+    const uint8_t* t = out + ((b * cols + c) * rows + r) * size;
+    for (int k = 0; k < size; ++k) {
+      if (a[k] != t[k]) {
+        atomicAdd(mismatches, 1ull);
+        break;
+      }
+    }
+  }
+}
+
+__global__ void Fill(uint32_t* data, uint64_t words, uint32_t seed) {
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words;
+       i += gridDim.x * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u + seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    // Finite as float32 and float64 (exponent bits pinned near 1.0), so
+    // cuBLAS's arithmetic (alpha * a + beta * b) returns every bit pattern
+    // unchanged and can be checked bitwise.
+    data[i] = (x & 0x807fffffu) | 0x3f000000u;
+  }
+}
+
+// cuBLAS through dlopen, so the benchmark runs where the library is missing.
+struct Cublas {
+  using Create = cublasStatus_t (*)(cublasHandle_t*);
+  using Sgeam = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t,
+                                   cublasOperation_t, int, int, const float*,
+                                   const float*, int, const float*,
+                                   const float*, int, float*, int);
+  using Dgeam = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t,
+                                   cublasOperation_t, int, int, const double*,
+                                   const double*, int, const double*,
+                                   const double*, int, double*, int);
+  cublasHandle_t handle = nullptr;
+  Sgeam sgeam = nullptr;
+  Dgeam dgeam = nullptr;
+
+  Cublas() {
+    void* lib = dlopen("libcublas.so.13", RTLD_NOW);
+    if (lib == nullptr) lib = dlopen("libcublas.so", RTLD_NOW);
+    if (lib == nullptr) return;
+    auto create = reinterpret_cast<Create>(dlsym(lib, "cublasCreate_v2"));
+    sgeam = reinterpret_cast<Sgeam>(dlsym(lib, "cublasSgeam"));
+    dgeam = reinterpret_cast<Dgeam>(dlsym(lib, "cublasDgeam"));
+    if (create == nullptr || create(&handle) != CUBLAS_STATUS_SUCCESS)
+      handle = nullptr;
+  }
+  bool ok() const {
+    return handle != nullptr && sgeam != nullptr && dgeam != nullptr;
+  }
+};
+
+struct Case {
+  std::string name;
+  size_t size;
+  uint64_t batch, rows, cols;
+};
+
+struct Result {
+  std::string column;
+  double gbps = 0;  // 0: not run.
+  bool correct = true;
+  std::string note;
+};
+
+int reps = 25;
+
+// Median milliseconds of `launch` over `reps` runs after 3 warm-ups.
+float Time(const std::function<void()>& launch) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < 3; ++i) launch();
+  Check(cudaGetLastError(), "launch");
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(start);
+    launch();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+  }
+  Check(cudaGetLastError(), "timed launches");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int Run(const char* json_path, bool quick) {
+  std::vector<Case> cases;
+  for (uint64_t n : {4096, 8192, 16384}) {
+    if (quick && n != 8192) continue;
+    for (size_t size : {1, 2, 4, 8, 16}) {
+      cases.push_back({std::to_string(n) + "^2", size, 1, n, n});
+    }
+  }
+  cases.push_back({"12345x6789", 4, 1, 12345, 6789});
+  for (size_t size : {2, 4}) {
+    cases.push_back({"4096x(64x64)", size, 4096, 64, 64});
+    cases.push_back({"16x(2048x2048)", size, 16, 2048, 2048});
+  }
+
+  Cublas cublas;
+  cudaDeviceProp properties;
+  Check(cudaGetDeviceProperties(&properties, 0), "properties");
+  std::printf(
+      "transpose_bench on %s (%d SMs, %.0f MB L2), median of %d, GB/s = (read "
+      "+ "
+      "written) / time; %% = of cudaMemcpy D2D of the same bytes\n\n",
+      properties.name, properties.multiProcessorCount,
+      properties.l2CacheSize / 1e6, reps);
+  const std::vector<std::string> columns = {
+      "memcpy",      "naive",  "shared", "padded_32",   "padded_64",
+      "padded_64x8", "vector", "word",   "cublas_geam", "AUTO"};
+  std::printf("| case | bytes |");
+  for (const std::string& c : columns) std::printf(" %s |", c.c_str());
+  std::printf(" AUTO picks |\n|---|---|");
+  for (size_t i = 0; i < columns.size(); ++i) std::printf("---|");
+  std::printf("---|\n");
+
+  std::string json = "[\n";
+  unsigned long long* mismatches;
+  Check(cudaMalloc(&mismatches, sizeof(unsigned long long)), "malloc");
+  for (const Case& c : cases) {
+    const uint64_t bytes = c.batch * c.rows * c.cols * c.size;
+    uint8_t *in, *out;
+    Check(cudaMalloc(&in, bytes), "malloc in");
+    Check(cudaMalloc(&out, bytes), "malloc out");
+    Fill<<<1024, 256>>>(reinterpret_cast<uint32_t*>(in), bytes / 4, 12345);
+    const TransposeArgs args{c.size, c.batch, c.rows, c.cols, in, out};
+
+    std::vector<Result> results;
+    const float memcpy_ms = Time(
+        [&] { cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice); });
+    results.push_back({"memcpy", 2.0 * bytes / memcpy_ms / 1e6, true, ""});
+
+    auto measure = [&](const std::string& column,
+                       const std::function<bool()>& launch) {
+      Result result{column};
+      cudaMemset(out, 0xA5, bytes);  // Poison.
+      if (!launch()) {
+        cudaGetLastError();
+        result.note = "n/a";
+        results.push_back(result);
+        return;
+      }
+      const float ms = Time([&] { launch(); });
+      result.gbps = 2.0 * bytes / ms / 1e6;
+      cudaMemset(out, 0xA5, bytes);
+      launch();
+      cudaMemset(mismatches, 0, sizeof(unsigned long long));
+      CountMismatches<<<256, 256>>>(in, out, c.batch, c.rows, c.cols,
+                                    static_cast<int>(c.size), 1 << 20,
+                                    mismatches);
+      unsigned long long wrong = 0;
+      cudaMemcpy(&wrong, mismatches, sizeof(wrong), cudaMemcpyDeviceToHost);
+      result.correct = wrong == 0;
+      results.push_back(result);
+    };
+    using internal::Kernel;
+    const std::pair<const char*, Kernel> kernels[] = {
+        {"naive", Kernel::kNaive},
+        {"shared", Kernel::kShared},
+        {"padded_32", Kernel::kPadded32},
+        {"padded_64", Kernel::kPadded64},
+        {"padded_64x8", Kernel::kPadded64x8},
+        {"vector", Kernel::kVector},
+        {"word", Kernel::kWord}};
+    for (const auto& [name, kernel] : kernels) {
+      measure(name, [&, kernel = kernel] {
+        if (internal::SharedMemoryBytes(kernel, c.size) >
+            properties.sharedMemPerBlockOptin) {
+          return false;
+        }
+        return internal::Launch(kernel, args, nullptr) == cudaSuccess;
+      });
+    }
+    measure("cublas_geam", [&] {
+      if (!cublas.ok() || c.batch != 1 || (c.size != 4 && c.size != 8))
+        return false;
+      const int m = static_cast<int>(c.rows), n = static_cast<int>(c.cols);
+      if (c.size == 4) {
+        const float one = 1, zero = 0;
+        return cublas.sgeam(cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, &one,
+                            reinterpret_cast<const float*>(in), n, &zero,
+                            reinterpret_cast<const float*>(out), m,
+                            reinterpret_cast<float*>(out),
+                            m) == CUBLAS_STATUS_SUCCESS;
+      }
+      const double one = 1, zero = 0;
+      return cublas.dgeam(cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, &one,
+                          reinterpret_cast<const double*>(in), n, &zero,
+                          reinterpret_cast<const double*>(out), m,
+                          reinterpret_cast<double*>(out),
+                          m) == CUBLAS_STATUS_SUCCESS;
+    });
+    measure("AUTO", [&] {
+      return LaunchTranspose(Algorithm::kAuto, args, nullptr).ok();
+    });
+    const std::string picked(KernelName(Algorithm::kAuto, args));
+
+    const double memcpy_gbps = results.front().gbps;
+    std::printf("| %dB %s | %.0f MiB |", static_cast<int>(c.size),
+                c.name.c_str(), bytes / 1048576.0);
+    std::string fields;
+    for (const Result& r : results) {
+      if (r.gbps == 0) {
+        std::printf(" %s |", r.note.empty() ? "–" : r.note.c_str());
+      } else if (r.column == "memcpy") {
+        std::printf(" %.0f |", r.gbps);
+      } else {
+        std::printf(" %.0f (%.1f%%)%s |", r.gbps, 100 * r.gbps / memcpy_gbps,
+                    r.correct ? "" : " WRONG");
+      }
+      char field[160];
+      std::snprintf(field, sizeof(field),
+                    "%s\"%s\": {\"gbps\": %.1f, \"of_memcpy\": %.4f, "
+                    "\"correct\": %s}",
+                    fields.empty() ? "" : ", ", r.column.c_str(), r.gbps,
+                    r.gbps / memcpy_gbps, r.correct ? "true" : "false");
+      fields += field;
+    }
+    std::printf(" %s |\n", picked.c_str());
+    std::fflush(stdout);
+    char head[200];
+    std::snprintf(head, sizeof(head),
+                  "  {\"case\": \"%s\", \"element_size\": %d, \"batch\": %llu, "
+                  "\"rows\": %llu, "
+                  "\"cols\": %llu, \"auto_kernel\": \"%s\", ",
+                  c.name.c_str(), static_cast<int>(c.size),
+                  static_cast<unsigned long long>(c.batch),
+                  static_cast<unsigned long long>(c.rows),
+                  static_cast<unsigned long long>(c.cols), picked.c_str());
+    json += std::string(head) + fields + (&c == &cases.back() ? "}\n" : "},\n");
+    cudaFree(in);
+    cudaFree(out);
+  }
+  json += "]\n";
+  if (json_path != nullptr) {
+    if (FILE* f = std::fopen(json_path, "w")) {
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace transpose::kernels
+
+int main(int argc, char** argv) {
+  const char* json = nullptr;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--json=", 7) == 0) json = argv[i] + 7;
+    if (std::strncmp(argv[i], "--reps=", 7) == 0)
+      transpose::kernels::reps = std::atoi(argv[i] + 7);
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+  }
+  return transpose::kernels::Run(json, quick);
+}
