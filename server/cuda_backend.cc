@@ -251,7 +251,8 @@ CudaBackend::~CudaBackend() {
 }
 
 absl::StatusOr<double> CudaBackend::CalibrateCopyBandwidth() {
-  const size_t bytes = options_.calibration_bytes;
+  const size_t bytes = std::min<size_t>(options_.calibration_bytes,
+                                        info_.total_memory_bytes / 16);
   void* src = nullptr;
   void* dst = nullptr;
   absl::Cleanup free_buffers = [&] {
