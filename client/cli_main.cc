@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "client/bench.h"
 #include "client/client.h"
+#include "client/metrics_scrape.h"
 #include "client/npy.h"
 #include "client/progress_bar.h"
 #include "proto/convert.h"
@@ -63,6 +64,10 @@ ABSL_FLAG(uint64_t, count, 0,
           "bench: run exactly this many requests instead of --duration.");
 ABSL_FLAG(std::string, shape, "1024x1024",
           "bench: ROWSxCOLS or BATCHxROWSxCOLS.");
+ABSL_FLAG(std::string, metrics_url, "",
+          "bench: the server's /metrics URL (http://HOST:9464/metrics); prints "
+          "the change of "
+          "its counters over the run.");
 ABSL_FLAG(bool, verify, false,
           "bench: check every result against the CPU transpose.");
 
@@ -271,9 +276,25 @@ int RunBenchCommand() {
 
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return Fail(client.status());
+  const std::string metrics_url = absl::GetFlag(FLAGS_metrics_url);
+  absl::StatusOr<MetricSamples> before;
+  if (!metrics_url.empty()) {
+    absl::StatusOr<std::string> text = FetchUrl(metrics_url);
+    before = text.ok() ? ParseMetricsText(*text) : text.status();
+    if (!before.ok()) return Fail(before.status());
+  }
   absl::StatusOr<BenchReport> report = RunBench(**client, options);
   if (!report.ok()) return Fail(report.status());
   std::printf("%s", FormatBenchReport(options, *report).c_str());
+  if (!metrics_url.empty()) {
+    // Other clients' requests in the interval show up too.
+    absl::StatusOr<std::string> text = FetchUrl(metrics_url);
+    absl::StatusOr<MetricSamples> after =
+        text.ok() ? ParseMetricsText(*text) : text.status();
+    if (!after.ok()) return Fail(after.status());
+    std::printf("server metrics delta (%s):\n%s", metrics_url.c_str(),
+                FormatMetricsDelta(*before, *after).c_str());
+  }
   return report->errors == 0 ? 0 : 1;
 }
 

@@ -8,11 +8,11 @@ set -euo pipefail
 build_packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libabsl-dev prometheus-cpp-dev
+  libabsl-dev prometheus-cpp-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 test_packages=(
-  prometheus python3 python3-numpy openssl yamllint clang-format
+  prometheus python3 python3-numpy python3-yaml openssl yamllint clang-format
 )
 
 packages=("${build_packages[@]}" "${test_packages[@]}")

@@ -68,6 +68,8 @@ struct BackendInfo {
   double copy_bandwidth_bytes_per_second = 0;
   int streams = 0;
   uint64_t total_memory_bytes = 0;
+  // The device's PCI address ("0000:3B:00.0"); empty for the CPU.
+  std::string pci_bus_id;
   std::vector<kernels::Algorithm> algorithms;
   // Names of the kernels this backend may report in TransposeStats::algorithm.
   std::vector<std::string> kernel_names;

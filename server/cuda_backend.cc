@@ -197,6 +197,11 @@ absl::Status CudaBackend::Init() {
   info_.name = absl::StrCat("cuda:", device_);
   info_.device_name = properties.name;
   info_.total_memory_bytes = properties.totalGlobalMem;
+  char pci_bus_id[64] = {};
+  TRANSPOSE_RETURN_IF_ERROR(
+      CudaStatus(cudaDeviceGetPCIBusId(pci_bus_id, sizeof(pci_bus_id), device_),
+                 "cudaDeviceGetPCIBusId"));
+  info_.pci_bus_id = pci_bus_id;
   info_.streams = std::max(1, options_.streams_per_device);
   info_.algorithms.assign(kernels::AllAlgorithms().begin(),
                           kernels::AllAlgorithms().end());

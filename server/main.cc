@@ -23,6 +23,7 @@
 #include "server/engine.h"
 #include "server/grpc_server.h"
 #include "server/metrics.h"
+#include "server/nvml_collector.h"
 #include "server/transpose_service.h"
 
 #ifndef TRANSPOSE_VERSION
@@ -135,6 +136,20 @@ int Run() {
       return 1;
     }
     exposer->RegisterCollectable(registry);
+  }
+  // GPU utilisation and memory from the driver, where it has NVML.
+  std::vector<NvmlCollector::Device> gpus;
+  for (const auto& backend : engine.backends()) {
+    if (!backend->info().pci_bus_id.empty()) {
+      gpus.push_back({backend->info().name, backend->info().pci_bus_id});
+    }
+  }
+  std::shared_ptr<NvmlCollector> nvml =
+      gpus.empty() ? nullptr : NvmlCollector::Create(gpus);
+  if (exposer != nullptr && nvml != nullptr) exposer->RegisterCollectable(nvml);
+  if (!gpus.empty()) {
+    Log(LogLevel::kInfo, "NVML gauges %s",
+        nvml != nullptr ? "on" : "off (no NVML)");
   }
 
   GrpcServerOptions server_options;

@@ -1,0 +1,66 @@
+#include "client/metrics_scrape.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace transpose {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(MetricsScrapeTest, ParsesTheTextFormat) {
+  absl::StatusOr<MetricSamples> samples = ParseMetricsText(
+      "# HELP transpose_requests_total RPCs.\n"
+      "# TYPE transpose_requests_total counter\n"
+      "transpose_requests_total{code=\"OK\",method=\"Transpose\"} 12\n"
+      "transpose_inflight_requests 0\n"
+      "weird{label=\"with space } inside\"} 1.5e3 1700000000000\n");
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ(
+      samples->at("transpose_requests_total{code=\"OK\",method=\"Transpose\"}"),
+      12);
+  EXPECT_EQ(samples->at("transpose_inflight_requests"), 0);
+  EXPECT_EQ(samples->size(), 3u);
+}
+
+TEST(MetricsScrapeTest, RejectsLinesWithoutValues) {
+  EXPECT_FALSE(ParseMetricsText("transpose_requests_total\n").ok());
+  EXPECT_FALSE(ParseMetricsText("transpose_requests_total abc\n").ok());
+}
+
+TEST(MetricsScrapeTest, DeltaShowsChangedCountersAndMeanBandwidth) {
+  const MetricSamples before = {
+      {"transpose_requests_total{code=\"OK\"}", 10},
+      {"transpose_requests_total{code=\"INTERNAL\"}", 1},
+      {"transpose_kernel_bandwidth_bytes_per_second_sum{backend=\"cpu\"}",
+       100e9},
+      {"transpose_kernel_bandwidth_bytes_per_second_count{backend=\"cpu\"}",
+       10},
+      {"transpose_kernel_duration_seconds_bucket{le=\"1\"}", 3},
+      {"transpose_inflight_requests", 2},
+  };
+  MetricSamples after = before;
+  after["transpose_requests_total{code=\"OK\"}"] = 15;
+  after["transpose_kernel_bandwidth_bytes_per_second_sum{backend=\"cpu\"}"] =
+      160e9;
+  after["transpose_kernel_bandwidth_bytes_per_second_count{backend=\"cpu\"}"] =
+      15;
+  after["transpose_kernel_duration_seconds_bucket{le=\"1\"}"] = 8;
+  after["transpose_inflight_requests"] = 5;
+  const std::string delta = FormatMetricsDelta(before, after);
+  EXPECT_THAT(delta, HasSubstr("transpose_requests_total{code=\"OK\"} +5\n"));
+  EXPECT_THAT(delta, Not(HasSubstr("INTERNAL")));
+  EXPECT_THAT(delta, Not(HasSubstr("_bucket")));
+  EXPECT_THAT(delta, Not(HasSubstr("inflight")));
+  EXPECT_THAT(delta,
+              HasSubstr("mean kernel bandwidth{backend=\"cpu\"} 12.00 GB/s"));
+}
+
+TEST(MetricsScrapeTest, FetchFailsClearly) {
+  absl::StatusOr<std::string> body = FetchUrl("http://127.0.0.1:1/metrics");
+  EXPECT_EQ(body.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace transpose
