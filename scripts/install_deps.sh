@@ -6,7 +6,7 @@
 set -euo pipefail
 
 build_packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git patchelf
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev prometheus-cpp-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -12,6 +12,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -193,6 +195,17 @@ int Run() {
 }  // namespace transpose
 
 int main(int argc, char** argv) {
+  // --help lists this file's flags (the library's own, e.g. absl's, stay under
+  // --helpfull).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.version_string = [] {
+    return std::string("transpose_server " TRANSPOSE_VERSION "\n");
+  };
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "Serves matrix transposes over gRPC on GPUs (or the CPU).\n"
       "Usage: transpose_server [--address=HOST:PORT] [--backend=auto|cuda|cpu] "

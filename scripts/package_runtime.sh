@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Stages the server and the CLI with the shared libraries they need into PREFIX (bin/ and lib/),
+# so that a runtime image (or any machine with the same C library) runs them without the -dev
+# packages. glibc and the driver's libcuda stay behind: the runtime image provides them. The
+# binaries find their libraries through an $ORIGIN-relative RUNPATH.
+#
+# Usage: scripts/package_runtime.sh PREFIX   (after scripts/build.sh; BUILD_DIR as there)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prefix=${1:?usage: scripts/package_runtime.sh PREFIX}
+build_dir=${BUILD_DIR:-build}
+
+mkdir -p "$prefix/bin" "$prefix/lib"
+binaries=("$build_dir/server/transpose_server" "$build_dir/client/transpose")
+cp "${binaries[@]}" "$prefix/bin/"
+for binary in "${binaries[@]}"; do
+  ldd "$binary" | awk '/=> \// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libcuda.so*) ;;
+      *) cp -Lu "$lib" "$prefix/lib/" ;;
+    esac
+  done
+done
+if command -v patchelf >/dev/null; then
+  # DT_RPATH rather than RUNPATH: it also serves the libraries' own dependencies.
+  for binary in "$prefix"/bin/*; do patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$binary"; done
+fi
+echo "package_runtime: $(ls "$prefix/bin" | wc -l) binaries, $(ls "$prefix/lib" | wc -l) libraries in $prefix"

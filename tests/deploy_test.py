@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The deploy files: every kustomize overlay renders and lints; the PrometheusRule carries exactly
+the repository's alert rules, which promtool accepts; and the compose file, the Dockerfile and the
+manifests use only flags, ports and names that the server and CLI really have (checked against
+their --help).
+
+Usage: deploy_test.py --repo REPO --server PATH --cli PATH
+"""
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import yaml
+
+ARGS = None
+
+
+def flags_of(binary):
+    """Flag names that `binary --help` lists."""
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
+    return set(re.findall(r"^\s+--(\w+) \(", out, re.M))
+
+
+def flag_uses(args):
+    """{flag: value} of '--flag=value' arguments."""
+    uses = {}
+    for arg in args:
+        m = re.match(r"--(\w+)(?:=(.*))?$", arg)
+        if m:
+            uses[m.group(1)] = m.group(2)
+    return uses
+
+
+class DeployTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server_flags = flags_of(ARGS.server)
+        cls.cli_flags = flags_of(ARGS.cli)
+        assert {"address", "metrics_address", "backend", "drain_seconds"} <= cls.server_flags
+        cls.overlays = sorted(glob.glob(os.path.join(ARGS.repo, "deploy/k8s/overlays/*")))
+        cls.rendered = {}
+        for overlay in cls.overlays:
+            out = subprocess.run(["kubectl", "kustomize", overlay], capture_output=True, text=True)
+            assert out.returncode == 0, overlay + ": " + out.stderr
+            cls.rendered[os.path.basename(overlay)] = (out.stdout,
+                                                       list(yaml.safe_load_all(out.stdout)))
+
+    def objects(self, kind):
+        for name, (_, docs) in self.rendered.items():
+            for doc in docs:
+                if doc and doc["kind"] == kind:
+                    yield name, doc
+
+    def test_every_overlay_renders_and_lints(self):
+        self.assertGreaterEqual(len(self.overlays), 2)
+        for name, (text, docs) in self.rendered.items():
+            kinds = {d["kind"] for d in docs}
+            self.assertLessEqual({"Deployment", "Service", "ServiceMonitor", "PrometheusRule",
+                                  "HorizontalPodAutoscaler", "ConfigMap"}, kinds, name)
+            lint = subprocess.run(["yamllint", "-d", "{extends: relaxed, rules: {line-length: disable}}",
+                                   "-"], input=text, capture_output=True, text=True)
+            self.assertEqual(lint.returncode, 0, name + ": " + lint.stdout)
+
+    def test_prometheusrule_is_the_repository_rules_and_promtool_accepts_it(self):
+        with open(os.path.join(ARGS.repo, "deploy/prometheus/rules/transpose.rules.yml")) as f:
+            rules = yaml.safe_load(f)
+        for name, rule in self.objects("PrometheusRule"):
+            self.assertEqual(rule["spec"], rules, name)
+            with tempfile.NamedTemporaryFile("w", suffix=".yml") as f:
+                yaml.safe_dump(rule["spec"], f)
+                f.flush()
+                check = subprocess.run(["promtool", "check", "rules", f.name],
+                                       capture_output=True, text=True)
+                self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+    def test_manifests_use_real_flags_ports_and_names(self):
+        for name, deployment in self.objects("Deployment"):
+            pod = deployment["spec"]["template"]["spec"]
+            container = pod["containers"][0]
+            uses = flag_uses(container["args"])
+            self.assertLessEqual(set(uses), self.server_flags, name)
+            ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+            self.assertEqual(uses["address"].rsplit(":", 1)[1], str(ports["grpc"]), name)
+            self.assertEqual(uses["metrics_address"].rsplit(":", 1)[1], str(ports["metrics"]), name)
+            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                self.assertEqual(container[probe]["grpc"]["port"], ports["grpc"], probe)
+            self.assertEqual(container["readinessProbe"]["grpc"]["service"],
+                             "transpose.v1.TransposeService")
+            self.assertIn("nvidia.com/gpu", container["resources"]["limits"])
+            # Drain, plus the preStop pause, fit in the grace period.
+            pause = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+            self.assertGreater(pod["terminationGracePeriodSeconds"],
+                               float(uses["drain_seconds"]) + pause)
+            self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        services = {s["metadata"]["name"]: s for _, s in self.objects("Service")}
+        self.assertEqual(services["transpose-headless"]["spec"]["clusterIP"], "None")
+        for _, monitor in self.objects("ServiceMonitor"):
+            port_names = {p["name"] for p in services["transpose"]["spec"]["ports"]}
+            self.assertIn(monitor["spec"]["endpoints"][0]["port"], port_names)
+
+    def test_compose_and_dockerfile_use_real_flags_and_ports(self):
+        with open(os.path.join(ARGS.repo, "docker/compose.yaml")) as f:
+            compose = yaml.safe_load(f)
+        servers = [s for n, s in compose["services"].items() if n.startswith("transpose")]
+        self.assertEqual(len(servers), 2)
+        for service in servers:
+            uses = flag_uses(service["command"])
+            self.assertLessEqual(set(uses), self.server_flags)
+            published = {p.split(":")[1] for p in compose["x-server"]["ports"]}
+            self.assertIn(uses["address"].rsplit(":", 1)[1], published)
+            self.assertIn(uses["metrics_address"].rsplit(":", 1)[1], published)
+        with open(os.path.join(ARGS.repo, "docker/Dockerfile")) as f:
+            dockerfile = f.read()
+        cmd = re.search(r'^CMD \[(.*)\]$', dockerfile, re.M).group(1)
+        self.assertLessEqual(set(flag_uses(re.findall(r'"([^"]*)"', cmd))), self.server_flags)
+        health = re.search(r'CMD \["transpose", (.*)\]', dockerfile).group(1)
+        self.assertLessEqual(set(flag_uses(re.findall(r'"([^"]*)"', health))), self.cli_flags)
+        self.assertIn('"health"', health)
+        exposed = set(re.search(r"^EXPOSE (.*)$", dockerfile, re.M).group(1).split())
+        self.assertEqual(exposed, {"50051", "9464"})
+        # The image builds through the shared scripts, which tests/docker_build_test.sh runs.
+        self.assertIn("scripts/install_deps.sh --build-only", dockerfile)
+        self.assertIn("scripts/docker_build.sh", dockerfile)
+        # Prometheus scrapes the port the server serves metrics on.
+        with open(os.path.join(ARGS.repo, "deploy/prometheus/prometheus.yml")) as f:
+            prometheus = yaml.safe_load(f)
+        target = prometheus["scrape_configs"][0]["static_configs"][0]["targets"][0]
+        self.assertEqual(target, "transpose:9464")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--cli", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

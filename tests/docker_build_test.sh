@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs the Docker image's build stage (scripts/docker_build.sh) the way the image does, on this
+# machine, and checks what it staged: the binaries find every library in the stage (glibc aside),
+# and the staged server serves the staged CLI's health check. No Docker engine is needed.
+#
+# Usage: docker_build_test.sh BUILD_DIR   (a directory of its own: the image builds Release)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build_dir=${1:?usage: docker_build_test.sh BUILD_DIR}
+stage=$(mktemp -d)
+server_pid=
+cleanup() {
+  [[ -n "$server_pid" ]] && kill "$server_pid" 2>/dev/null || true
+  rm -rf "$stage"
+}
+trap cleanup EXIT
+
+BUILD_DIR="$build_dir" "$repo/scripts/docker_build.sh" "$stage/opt/transpose"
+
+for binary in "$stage"/opt/transpose/bin/*; do
+  if ldd "$binary" | grep -q "not found"; then
+    echo "FAIL: $binary has unresolved libraries:"; ldd "$binary"; exit 1
+  fi
+  # Everything but the C library and the kernel's vDSO comes from the stage.
+  outside=$(ldd "$binary" | awk '/=>/ {print $1, $3}' |
+            grep -vE "^(libc|libm|libpthread|libdl|librt|ld-linux|linux-vdso)[.-]" |
+            grep -vF " $stage/opt/transpose/" || true)
+  if [[ -n "$outside" ]]; then
+    echo "FAIL: $binary loads libraries from outside the stage:"; echo "$outside"; exit 1
+  fi
+done
+
+out="$stage/server.out"
+"$stage/opt/transpose/bin/transpose_server" --backend=cpu --address=127.0.0.1:0 \
+  --metrics_address= >"$out" 2>"$stage/server.err" &
+server_pid=$!
+for _ in $(seq 100); do
+  grep -q "^listening on" "$out" && break
+  sleep 0.1
+done
+port=$(sed -n 's/^listening on .*://p' "$out")
+[[ -n "$port" ]] || { echo "FAIL: staged server did not start"; cat "$stage/server.err"; exit 1; }
+health=$("$stage/opt/transpose/bin/transpose" --server="127.0.0.1:$port" --deadline=5s health)
+[[ "$health" == "SERVING" ]] || { echo "FAIL: health said '$health'"; exit 1; }
+echo "PASS: staged $(ls "$stage/opt/transpose/lib" | wc -l) libraries; staged server SERVING"
