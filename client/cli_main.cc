@@ -34,6 +34,16 @@ ABSL_FLAG(std::string, server, "localhost:50051",
           "ipv4:10.0.0.1:50051,10.0.0.2:50051.");
 ABSL_FLAG(absl::Duration, deadline, absl::Minutes(10),
           "Deadline of each call.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the server's bearer token (--auth_token_file there).");
+ABSL_FLAG(bool, tls, false,
+          "Use TLS, trusting the system's roots (implied by --tls_ca).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM roots to verify the server's certificate: use TLS.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for servers that require one (with "
+          "--tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, in, "",
           "transpose: input file (.npy, or raw with --rows --cols --dtype).");
 ABSL_FLAG(
@@ -92,6 +102,20 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
   ClientOptions options;
   options.target = absl::GetFlag(FLAGS_server);
   options.default_timeout = absl::GetFlag(FLAGS_deadline);
+  options.tls = absl::GetFlag(FLAGS_tls);
+  const std::pair<std::string, std::string*> files[] = {
+      {absl::GetFlag(FLAGS_tls_ca), &options.tls_root_certs_pem},
+      {absl::GetFlag(FLAGS_tls_cert), &options.tls_cert_chain_pem},
+      {absl::GetFlag(FLAGS_tls_key), &options.tls_private_key_pem},
+      {absl::GetFlag(FLAGS_token_file), &options.bearer_token}};
+  for (const auto& [path, field] : files) {
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> contents = ReadFile(path);
+    if (!contents.ok()) return contents.status();
+    *field = *std::move(contents);
+  }
+  options.bearer_token =
+      std::string(absl::StripAsciiWhitespace(options.bearer_token));
   return Client::Create(options);
 }
 

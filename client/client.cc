@@ -56,8 +56,24 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
   if (!options.load_balancing_policy.empty()) {
     args.SetLoadBalancingPolicyName(options.load_balancing_policy);
   }
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      options.target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (options.tls || !options.tls_root_certs_pem.empty() ||
+      !options.tls_cert_chain_pem.empty() ||
+      !options.tls_private_key_pem.empty()) {
+    if (options.tls_cert_chain_pem.empty() !=
+        options.tls_private_key_pem.empty()) {
+      return absl::InvalidArgumentError(
+          "a client certificate needs its key, and the other way round");
+    }
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_certs_pem;
+    ssl.pem_cert_chain = options.tls_cert_chain_pem;
+    ssl.pem_private_key = options.tls_private_key_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.target, credentials, args);
   if (channel == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot use target ", options.target));
@@ -71,11 +87,15 @@ Client::Client(const ClientOptions& options,
       channel_(std::move(channel)),
       stub_(v1::TransposeService::NewStub(channel_)) {}
 
-void Client::SetDeadline(grpc::ClientContext& context,
-                         absl::Duration timeout) const {
+void Client::PrepareContext(grpc::ClientContext& context,
+                            absl::Duration timeout) const {
   if (timeout <= absl::ZeroDuration()) timeout = options_.default_timeout;
   if (timeout != absl::InfiniteDuration()) {
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  if (!options_.bearer_token.empty()) {
+    context.AddMetadata("authorization",
+                        absl::StrCat("Bearer ", options_.bearer_token));
   }
 }
 
@@ -118,7 +138,7 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   request.set_data(input.data.data(), input.data.size());
   v1::TransposeResponse response;
   grpc::ClientContext context;
-  SetDeadline(context, call.timeout);
+  PrepareContext(context, call.timeout);
   TRANSPOSE_RETURN_IF_ERROR(
       api::FromGrpcStatus(stub_->Transpose(&context, request, &response)));
   TRANSPOSE_RETURN_IF_ERROR(CheckResponseHeader(input, response));
@@ -141,7 +161,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                                               absl::Span<uint8_t> output,
                                               const CallOptions& call) {
   grpc::ClientContext context;
-  SetDeadline(context, call.timeout);
+  PrepareContext(context, call.timeout);
   grpc::CompletionQueue queue;
   // Waits for the one operation in flight; false when it failed (the call is
   // over).
@@ -238,7 +258,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
 
 absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   grpc::ClientContext context;
-  SetDeadline(context, timeout);
+  PrepareContext(context, timeout);
   v1::ServerInfo info;
   TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(
       stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info)));
@@ -263,7 +283,7 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   grpc::ClientContext context;
-  SetDeadline(context, timeout);
+  PrepareContext(context, timeout);
   grpc::GenericStub stub(channel_);
   absl::Notification done;
   grpc::Status status;

@@ -31,6 +31,15 @@ struct ClientOptions {
   uint64_t unary_max_bytes = uint64_t{1} << 20;
   // Data bytes per TransposeStream request message.
   uint64_t chunk_bytes = uint64_t{1} << 20;
+  // TLS, on when `tls` is set or any PEM below is given; without roots, the
+  // system's are trusted.
+  bool tls = false;
+  std::string tls_root_certs_pem;
+  // Client certificate and key, for servers that require mutual TLS.
+  std::string tls_cert_chain_pem;
+  std::string tls_private_key_pem;
+  // Sent as "authorization: Bearer <token>" with every call.
+  std::string bearer_token;
   // Deadline for calls that do not set their own.
   absl::Duration default_timeout = absl::Minutes(10);
 };
@@ -103,7 +112,9 @@ class Client {
   absl::StatusOr<TransposeStats> Stream(const MatrixView& input,
                                         absl::Span<uint8_t> output,
                                         const CallOptions& call);
-  void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) const;
+  // Sets the call's deadline and credentials metadata.
+  void PrepareContext(grpc::ClientContext& context,
+                      absl::Duration timeout) const;
 
   const ClientOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;

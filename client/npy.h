@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "server/core/files.h"
 #include "server/core/matrix.h"
 
 namespace transpose {
@@ -62,11 +63,6 @@ absl::StatusOr<NpyFile> ReadNpyFile(
 absl::Status WriteNpyFile(const std::string& path, DataType dtype,
                           const MatrixShape& shape, bool batched,
                           absl::Span<const uint8_t> data);
-
-// Whole-file helpers for raw matrices.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
-absl::Status WriteFile(const std::string& path,
-                       absl::Span<const absl::string_view> parts);
 
 }  // namespace transpose
 

@@ -2,16 +2,39 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace transpose {
+
+namespace {
+
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    plugins->erase(
+        std::remove_if(
+            plugins->begin(), plugins->end(),
+            [](const std::unique_ptr<grpc::ServerBuilderPlugin>& plugin) {
+              return plugin->name() == "proto_server_reflection";
+            }),
+        plugins->end());
+  }
+};
+
+}  // namespace
 
 GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, std::string host,
                        int port, std::string service_name)
@@ -30,10 +53,30 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::InsecureServerCredentials();
+  if (!options.tls_cert_chain_pem.empty() ||
+      !options.tls_private_key_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        options.tls_client_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back(
+        {options.tls_private_key_pem, options.tls_cert_chain_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  } else if (!options.tls_client_ca_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "a client CA needs a TLS certificate and key");
+  }
+
   grpc::ServerBuilder builder;
+  // Linking reflection registers its plugin with every builder; this one drops
+  // it.
+  if (!options.reflection)
+    builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort(options.address, credentials, &port);
   builder.RegisterService(&service);
   // The limit is on a message's data; the header fields and framing get room on
   // top.

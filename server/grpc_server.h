@@ -21,6 +21,16 @@ struct GrpcServerOptions {
   uint64_t max_message_bytes = uint64_t{64} << 20;
   // The service whose health status SetServing sets, besides the server's ("").
   std::string health_service_name;
+  // TLS: PEM certificate chain and private key; empty serves plaintext.
+  std::string tls_cert_chain_pem;
+  std::string tls_private_key_pem;
+  // Mutual TLS: PEM roots that client certificates must chain to. Clients
+  // without a certificate can still connect (so health probes work); the
+  // service's AccessControl turns them away.
+  std::string tls_client_ca_pem;
+  // Server reflection. It answers without access checks, so a server that
+  // checks callers turns it off.
+  bool reflection = true;
 };
 
 class GrpcServer {

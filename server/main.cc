@@ -13,13 +13,16 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/core/files.h"
 #include "server/core/log.h"
+#include "server/core/status_macros.h"
 #include "server/cpu_backend.h"
 #include "server/cuda_backend.h"
 #include "server/engine.h"
@@ -54,6 +57,15 @@ ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,
           "Data bytes per TransposeStream response message.");
 ABSL_FLAG(double, drain_seconds, 30,
           "On SIGTERM or SIGINT, how long running calls may take to finish.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve gRPC over TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require client certificates that chain to it (mutual "
+          "TLS). Health checks stay open to callers without one.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding a bearer token: calls must send 'authorization: Bearer "
+          "<token>' (health checks stay open). Turns server reflection off.");
 ABSL_FLAG(std::string, log_level, "info",
           "debug (a line per request), info, warning (a line per failed "
           "request) or error.");
@@ -78,6 +90,37 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
   std::vector<std::unique_ptr<Backend>> backends;
   backends.push_back(std::make_unique<CpuBackend>(options, metrics));
   return backends;
+}
+
+// Reads the TLS and token files the flags name into the server's options.
+absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server) {
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (!client_ca.empty() && cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  if (!cert.empty()) {
+    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_cert_chain_pem, ReadFile(cert));
+    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_private_key_pem, ReadFile(key));
+  }
+  if (!client_ca.empty()) {
+    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_client_ca_pem, ReadFile(client_ca));
+  }
+  const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
+  if (!token_file.empty()) {
+    TRANSPOSE_ASSIGN_OR_RETURN(std::string token, ReadFile(token_file));
+    access.token = std::string(absl::StripAsciiWhitespace(token));
+    if (access.token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_token_file=", token_file, " is empty"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int Run() {
@@ -125,7 +168,17 @@ int Run() {
   service_options.response_chunk_bytes =
       absl::GetFlag(FLAGS_response_chunk_bytes);
   service_options.version = TRANSPOSE_VERSION;
-  TransposeService service(engine, metrics, service_options);
+  AccessPolicy access_policy;
+  access_policy.require_client_certificate =
+      !absl::GetFlag(FLAGS_tls_client_ca).empty();
+  GrpcServerOptions server_options;
+  if (absl::Status status = LoadSecurity(access_policy, server_options);
+      !status.ok()) {
+    Log(LogLevel::kError, "%s", status.ToString());
+    return 1;
+  }
+  AccessControl access(access_policy);
+  TransposeService service(engine, metrics, access, service_options);
 
   std::unique_ptr<prometheus::Exposer> exposer;
   const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
@@ -154,8 +207,8 @@ int Run() {
         nvml != nullptr ? "on" : "off (no NVML)");
   }
 
-  GrpcServerOptions server_options;
   server_options.address = absl::GetFlag(FLAGS_address);
+  server_options.reflection = !access.enabled();
   server_options.max_message_bytes = service_options.max_message_bytes;
   server_options.health_service_name =
       v1::TransposeService::service_full_name();

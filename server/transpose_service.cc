@@ -73,8 +73,12 @@ void FillHeader(const TransposeSpec& spec, v1::TransposeResponse& response) {
 }  // namespace
 
 TransposeService::TransposeService(Engine& engine, Metrics& metrics,
+                                   const AccessControl& access,
                                    ServiceOptions options)
-    : engine_(engine), metrics_(metrics), options_(std::move(options)) {}
+    : engine_(engine),
+      metrics_(metrics),
+      access_(access),
+      options_(std::move(options)) {}
 
 grpc::ServerUnaryReactor* TransposeService::Transpose(
     grpc::CallbackServerContext* context, const v1::TransposeRequest* request,
@@ -82,6 +86,10 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto scope =
       std::make_unique<RpcScope>(metrics_, RpcMethod::kTranspose, *context);
+  if (absl::Status allowed = access_.Check(*context); !allowed.ok()) {
+    reactor->Finish(scope->Finish(allowed));
+    return reactor;
+  }
 
   RequestAssembler assembler(
       [this](const TransposeSpec& spec) { return engine_.CreateJob(spec); });
@@ -125,6 +133,11 @@ class TransposeService::StreamCall final
         assembler_([this](const TransposeSpec& spec) {
           return service_.engine_.CreateJob(spec);
         }) {
+    if (absl::Status allowed = service.access_.Check(context); !allowed.ok()) {
+      absl::MutexLock lock(&mutex_);
+      FinishLocked(allowed);
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -255,6 +268,11 @@ grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
     grpc::CallbackServerContext* context, const v1::GetServerInfoRequest*,
     v1::ServerInfo* response) {
   RpcScope scope(metrics_, RpcMethod::kGetServerInfo, *context);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status allowed = access_.Check(*context); !allowed.ok()) {
+    reactor->Finish(scope.Finish(allowed));
+    return reactor;
+  }
   response->set_version(options_.version);
   for (const auto& backend : engine_.backends()) {
     const BackendInfo& info = backend->info();
@@ -274,7 +292,6 @@ grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
   limits.set_max_message_bytes(options_.max_message_bytes);
   limits.set_max_matrix_bytes(engine_.options().max_matrix_bytes);
   limits.set_response_chunk_bytes(options_.response_chunk_bytes);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(scope.Finish(absl::OkStatus()));
   return reactor;
 }

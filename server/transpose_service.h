@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "server/access_control.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "transpose/v1/transpose.grpc.pb.h"
@@ -34,8 +35,10 @@ using TransposeServiceBase =
 
 class TransposeService final : public TransposeServiceBase {
  public:
-  // `engine` and `metrics` must outlive the service.
-  TransposeService(Engine& engine, Metrics& metrics, ServiceOptions options);
+  // `engine`, `metrics` and `access` must outlive the service. Every method
+  // checks `access` first.
+  TransposeService(Engine& engine, Metrics& metrics,
+                   const AccessControl& access, ServiceOptions options);
 
   grpc::ServerUnaryReactor* Transpose(grpc::CallbackServerContext* context,
                                       const v1::TransposeRequest* request,
@@ -54,6 +57,7 @@ class TransposeService final : public TransposeServiceBase {
 
   Engine& engine_;
   Metrics& metrics_;
+  const AccessControl& access_;
   const ServiceOptions options_;
 };
 

@@ -2,8 +2,6 @@
 // the real client library and by raw stubs for the malformed requests a
 // well-behaved client cannot send. The backend comes from
 // TRANSPOSE_TEST_BACKEND (cpu in CI; cuda on the GPU machine).
-#include <google/protobuf/unknown_field_set.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <signal.h>
 
 #include <atomic>
@@ -18,6 +16,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/reflection_client.h"
 #include "tests/server_process.h"
 #include "transpose/v1/transpose.grpc.pb.h"
 
@@ -340,63 +339,12 @@ TEST_F(ServiceTest, HealthAnswers) {
             absl::StatusCode::kNotFound);
 }
 
-// Lists services through grpc.reflection.v1alpha, encoding its messages by hand
-// (Debian's gRPC ships no generated reflection client).
 TEST_F(ServiceTest, ReflectionListsTheServices) {
-  grpc::GenericStub stub(client_->channel());
-  grpc::CompletionQueue cq;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(10));
-  auto call = stub.PrepareCall(
-      &context,
-      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
-  void* tag;
-  bool ok;
-  auto step = [&](int id) {
-    EXPECT_TRUE(cq.Next(&tag, &ok));
-    EXPECT_EQ(tag, reinterpret_cast<void*>(id));
-    return ok;
-  };
-  call->StartCall(reinterpret_cast<void*>(1));
-  ASSERT_TRUE(step(1));
-  const std::string list_services("\x3a\x01*",
-                                  3);  // field 7 (list_services) = "*"
-  grpc::Slice slice(list_services);
-  call->Write(grpc::ByteBuffer(&slice, 1), reinterpret_cast<void*>(2));
-  ASSERT_TRUE(step(2));
-  grpc::ByteBuffer response;
-  call->Read(&response, reinterpret_cast<void*>(3));
-  ASSERT_TRUE(step(3));
-  call->WritesDone(reinterpret_cast<void*>(4));
-  step(4);
-  grpc::Status status;
-  call->Finish(&status, reinterpret_cast<void*>(5));
-  step(5);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
-  std::string bytes;
-  for (const grpc::Slice& s : slices)
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  // ServerReflectionResponse.list_services_response (6) -> service (1) -> name
-  // (1).
-  std::vector<std::string> names;
-  google::protobuf::UnknownFieldSet top;
-  ASSERT_TRUE(top.ParseFromString(bytes));
-  for (int i = 0; i < top.field_count(); ++i) {
-    if (top.field(i).number() != 6) continue;
-    google::protobuf::UnknownFieldSet list;
-    ASSERT_TRUE(list.ParseFromString(top.field(i).length_delimited()));
-    for (int j = 0; j < list.field_count(); ++j) {
-      google::protobuf::UnknownFieldSet service;
-      ASSERT_TRUE(service.ParseFromString(list.field(j).length_delimited()));
-      names.push_back(service.field(0).length_delimited());
-    }
-  }
-  EXPECT_THAT(names, ::testing::IsSupersetOf({"transpose.v1.TransposeService",
-                                              "grpc.health.v1.Health"}));
+  absl::StatusOr<std::vector<std::string>> names =
+      testing::ListServices(client_->channel());
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_THAT(*names, ::testing::IsSupersetOf({"transpose.v1.TransposeService",
+                                               "grpc.health.v1.Health"}));
 }
 
 }  // namespace

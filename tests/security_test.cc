@@ -1,0 +1,211 @@
+// TLS, mutual TLS and bearer tokens against the real server binary, with
+// throwaway certificates made by openssl at run time: without a valid token or
+// client certificate no call but the health check succeeds.
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "server/core/files.h"
+#include "tests/reflection_client.h"
+#include "tests/server_process.h"
+
+namespace transpose {
+namespace {
+
+using testing::ServerProcess;
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char dir_template[] = "/tmp/transpose-security-XXXXXX";
+    dir_ = mkdtemp(dir_template);
+    // A CA that signs the server's and one client's certificate, and a rogue CA
+    // with a client of its own. EC keys: quick to make.
+    const std::string script = absl::StrCat(
+        "set -e; cd ", dir_, "\n",
+        "key() { openssl genpkey -algorithm EC -pkeyopt "
+        "ec_paramgen_curve:P-256 -out $1.key; }\n",
+        "ca() { key $1; openssl req -x509 -new -key $1.key -out $1.pem -days 2 "
+        "-subj /CN=$1; }\n",
+        "leaf() { key $1; openssl req -new -key $1.key -out $1.csr -subj "
+        "/CN=$1;\n"
+        "  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > $1.ext;\n"
+        "  openssl x509 -req -in $1.csr -CA $2.pem -CAkey $2.key "
+        "-CAcreateserial -days 2 "
+        "-extfile $1.ext -out $1.pem; }\n",
+        "ca ca; ca rogue_ca; leaf server ca; leaf client ca; leaf rogue "
+        "rogue_ca\n",
+        "printf 's3cret-token\\n' > token\n");
+    ASSERT_EQ(std::system(
+                  absl::StrCat("bash -c '", Escape(script), "' >/dev/null 2>&1")
+                      .c_str()),
+              0)
+        << "openssl could not make the test certificates";
+  }
+  static void TearDownTestSuite() {
+    std::system(absl::StrCat("rm -rf ", dir_).c_str());
+  }
+
+  static std::string Escape(const std::string& script) {
+    std::string out;
+    for (char c : script)
+      out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out;
+  }
+  static std::string Path(const std::string& name) {
+    return absl::StrCat(dir_, "/", name);
+  }
+  static std::string Pem(const std::string& name) {
+    return ReadFile(Path(name)).value();
+  }
+
+  static std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
+    args.push_back("--backend=cpu");
+    args.push_back("--log_level=error");
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+        ServerProcess::Start(ServerProcess::BinaryFromEnvironment(), args);
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? *std::move(server) : nullptr;
+  }
+
+  static std::unique_ptr<Client> Connect(const ServerProcess& server,
+                                         ClientOptions options) {
+    options.target = server.address();
+    options.default_timeout = absl::Seconds(10);
+    return *Client::Create(options);
+  }
+
+  // The status of each kind of call: Transpose, TransposeStream, GetServerInfo,
+  // reflection.
+  static std::vector<absl::StatusCode> Calls(Client& client) {
+    const std::vector<uint8_t> data(4 * 5 * 4, 1);
+    const MatrixView input{DataType::kFloat32, {1, 4, 5}, data};
+    CallOptions stream;
+    stream.force_stream = true;
+    return {client.Transpose(input).status().code(),
+            client.Transpose(input, stream).status().code(),
+            client.GetServerInfo().status().code(),
+            testing::ListServices(client.channel()).status().code()};
+  }
+
+  static std::string dir_;
+};
+
+std::string SecurityTest::dir_;
+
+using Codes = std::vector<absl::StatusCode>;
+constexpr absl::StatusCode kOk = absl::StatusCode::kOk;
+constexpr absl::StatusCode kUnauthenticated =
+    absl::StatusCode::kUnauthenticated;
+
+TEST_F(SecurityTest, TlsServesVerifyingClientsOnly) {
+  auto server = Start({absl::StrCat("--tls_cert=", Path("server.pem")),
+                       absl::StrCat("--tls_key=", Path("server.key"))});
+  ASSERT_NE(server, nullptr);
+  ClientOptions tls;
+  tls.tls_root_certs_pem = Pem("ca.pem");
+  EXPECT_EQ(Calls(*Connect(*server, tls)), (Codes{kOk, kOk, kOk, kOk}));
+  // Plaintext, or a client that trusts another CA, gets nowhere, health
+  // included.
+  for (ClientOptions options : {ClientOptions(), [&] {
+                                  ClientOptions rogue;
+                                  rogue.tls_root_certs_pem =
+                                      Pem("rogue_ca.pem");
+                                  return rogue;
+                                }()}) {
+    auto client = Connect(*server, options);
+    EXPECT_EQ(
+        client
+            ->Transpose({DataType::kUInt8, {1, 1, 1}, std::vector<uint8_t>{1}})
+            .status()
+            .code(),
+        absl::StatusCode::kUnavailable);
+    EXPECT_FALSE(client->CheckHealth("", absl::Seconds(3)).ok());
+  }
+}
+
+TEST_F(SecurityTest,
+       MutualTlsRequiresAVerifiedClientCertificateButNotForHealth) {
+  auto server = Start({absl::StrCat("--tls_cert=", Path("server.pem")),
+                       absl::StrCat("--tls_key=", Path("server.key")),
+                       absl::StrCat("--tls_client_ca=", Path("ca.pem"))});
+  ASSERT_NE(server, nullptr);
+  ClientOptions anonymous;
+  anonymous.tls_root_certs_pem = Pem("ca.pem");
+  auto client = Connect(*server, anonymous);
+  // Reflection is off when callers are checked: it could not check them.
+  EXPECT_EQ(Calls(*client),
+            (Codes{kUnauthenticated, kUnauthenticated, kUnauthenticated,
+                   absl::StatusCode::kUnimplemented}));
+  EXPECT_EQ(client->CheckHealth().value_or(false), true);
+
+  ClientOptions known = anonymous;
+  known.tls_cert_chain_pem = Pem("client.pem");
+  known.tls_private_key_pem = Pem("client.key");
+  EXPECT_EQ(Calls(*Connect(*server, known)),
+            (Codes{kOk, kOk, kOk, absl::StatusCode::kUnimplemented}));
+
+  // A certificate from another CA fails the handshake: nothing, health
+  // included.
+  ClientOptions rogue = anonymous;
+  rogue.tls_cert_chain_pem = Pem("rogue.pem");
+  rogue.tls_private_key_pem = Pem("rogue.key");
+  auto rogue_client = Connect(*server, rogue);
+  EXPECT_EQ(Calls(*rogue_client)[0], absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(rogue_client->CheckHealth("", absl::Seconds(3)).ok());
+}
+
+TEST_F(SecurityTest, BearerTokenGuardsEveryCallButHealth) {
+  auto server = Start({absl::StrCat("--auth_token_file=", Path("token"))});
+  ASSERT_NE(server, nullptr);
+  for (const std::string& token :
+       {std::string(), std::string("wrong-token"),
+        std::string("s3cret-token-but-longer"), std::string("s3cret")}) {
+    ClientOptions options;
+    options.bearer_token = token;
+    auto client = Connect(*server, options);
+    EXPECT_EQ(Calls(*client),
+              (Codes{kUnauthenticated, kUnauthenticated, kUnauthenticated,
+                     absl::StatusCode::kUnimplemented}))
+        << "token '" << token << "'";
+    EXPECT_EQ(client->CheckHealth().value_or(false), true);
+  }
+  ClientOptions good;
+  good.bearer_token = "s3cret-token";
+  EXPECT_EQ(Calls(*Connect(*server, good)),
+            (Codes{kOk, kOk, kOk, absl::StatusCode::kUnimplemented}));
+}
+
+TEST_F(SecurityTest, TokenOverTls) {
+  auto server = Start({absl::StrCat("--tls_cert=", Path("server.pem")),
+                       absl::StrCat("--tls_key=", Path("server.key")),
+                       absl::StrCat("--auth_token_file=", Path("token"))});
+  ASSERT_NE(server, nullptr);
+  ClientOptions options;
+  options.tls_root_certs_pem = Pem("ca.pem");
+  EXPECT_EQ(Calls(*Connect(*server, options))[0], kUnauthenticated);
+  options.bearer_token = "s3cret-token";
+  EXPECT_EQ(Calls(*Connect(*server, options))[0], kOk);
+}
+
+TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{
+            absl::StrCat("--tls_cert=", Path("server.pem"))},
+        std::vector<std::string>{
+            absl::StrCat("--tls_client_ca=", Path("ca.pem"))},
+        std::vector<std::string>{
+            absl::StrCat("--auth_token_file=", Path("missing"))}}) {
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+        ServerProcess::Start(ServerProcess::BinaryFromEnvironment(), args,
+                             absl::Seconds(20));
+    EXPECT_FALSE(server.ok()) << args[0];
+  }
+}
+
+}  // namespace
+}  // namespace transpose
