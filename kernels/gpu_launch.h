@@ -37,6 +37,10 @@ bool CanUseWords(const TransposeArgs& args);
 // elements.
 size_t SharedMemoryBytes(Kernel kernel, size_t element_size);
 
+// Testing only: launches a kernel that writes to an invalid address, leaving
+// the context with a sticky cudaErrorIllegalAddress.
+int LaunchFaultForTesting(void* stream);
+
 // Launches `kernel` on `stream`; returns the cudaError_t of the launch as an
 // int (0 on success).
 int Launch(Kernel kernel, const TransposeArgs& args, void* stream);

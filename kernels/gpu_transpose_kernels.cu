@@ -400,6 +400,16 @@ cudaError_t LaunchWord(const TransposeArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+__global__ void WriteToInvalidAddress(uint64_t* target) { *target = 1; }
+}  // namespace
+
+int LaunchFaultForTesting(void* stream) {
+  WriteToInvalidAddress<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(
+      reinterpret_cast<uint64_t*>(uintptr_t{8}));
+  return cudaGetLastError();
+}
+
 bool CanVectorize(const TransposeArgs& args) {
   const auto aligned = [](const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;

@@ -1,5 +1,7 @@
 #include "server/buffer_pool.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <utility>
 
@@ -22,17 +24,28 @@ size_t SizeClass(size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+// Pages straight from the kernel: freeing gives them back at once, where malloc
+// would keep large blocks in its arenas (glibc raises its mmap threshold after
+// each large free), so the server's resident memory tracks what its pools hold.
 class HostAllocator final : public MemoryAllocator {
  public:
   absl::StatusOr<void*> Allocate(size_t bytes) override {
-    void* data = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
-    if (data == nullptr) {
+    void* data = mmap(nullptr, RoundToPages(bytes), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) {
       return absl::ResourceExhaustedError(
           absl::StrFormat("out of host memory allocating %d bytes", bytes));
     }
     return data;
   }
-  void Free(void* data, size_t) override { std::free(data); }
+  void Free(void* data, size_t bytes) override {
+    munmap(data, RoundToPages(bytes));
+  }
+
+ private:
+  static size_t RoundToPages(size_t bytes) {
+    return (bytes + kPage - 1) / kPage * kPage;
+  }
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "kernels/gpu_launch.h"
 #include "kernels/gpu_transpose.h"
 #include "server/buffer_pool.h"
 #include "server/core/status_macros.h"
@@ -130,6 +131,7 @@ class CudaBackend final : public Backend {
   absl::Mutex mutex_;
   std::vector<Slot*> free_slots_ ABSL_GUARDED_BY(mutex_);
   std::atomic<uint64_t> device_bytes_{0};
+  std::atomic<int> jobs_started_{0};
   // Destroyed first: joins the stream threads before the slots go.
   std::unique_ptr<WorkerPool> workers_;
 };
@@ -375,6 +377,10 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
   TRANSPOSE_RETURN_IF_ERROR(kernels::CanImplement(spec.algorithm, args));
 
   cudaStream_t stream = slot.stream;
+  if (options_.testing_fault_after_jobs > 0 &&
+      jobs_started_.fetch_add(1) >= options_.testing_fault_after_jobs) {
+    kernels::internal::LaunchFaultForTesting(stream);
+  }
   TRANSPOSE_RETURN_IF_ERROR(
       Check(cudaEventRecord(slot.start, stream), "record"));
   TRANSPOSE_RETURN_IF_ERROR(

@@ -24,6 +24,8 @@ struct CudaBackendOptions {
   // the ceiling that large transposes are measured against: on an H200, 256 MiB
   // copies ran at 3.96 TB/s and 1 GiB copies at 4.2.
   uint64_t calibration_bytes = uint64_t{1} << 30;
+  // Testing only: after this many jobs, run a faulting kernel (0: never).
+  int testing_fault_after_jobs = 0;
   // Released pinned host buffers kept for reuse, per GPU.
   size_t max_idle_pinned_bytes = size_t{4} << 30;
 };

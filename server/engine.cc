@@ -1,12 +1,54 @@
 #include "server/engine.h"
 
 #include <limits>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "server/core/status_macros.h"
 
 namespace transpose {
+namespace {
+
+// A backend's job with the admission it holds: destroying the job gives both
+// back.
+class AdmittedJob final : public TransposeJob {
+ public:
+  AdmittedJob(std::unique_ptr<TransposeJob> job, Engine::Admission admission)
+      : admission_(std::move(admission)), job_(std::move(job)) {}
+  // Members are destroyed in reverse order: the buffers before the admission
+  // that counted them.
+
+  absl::Span<uint8_t> input() override { return job_->input(); }
+  absl::Span<const uint8_t> output() const override { return job_->output(); }
+  const TransposeStats& stats() const override { return job_->stats(); }
+  void InputAdvanced(uint64_t bytes_ready) override {
+    job_->InputAdvanced(bytes_ready);
+  }
+  void Run(JobDoneCallback done) override { job_->Run(std::move(done)); }
+
+ private:
+  Engine::Admission admission_;
+  std::unique_ptr<TransposeJob> job_;
+};
+
+}  // namespace
+
+Engine::Admission& Engine::Admission::operator=(Admission&& other) noexcept {
+  if (this != &other) {
+    Release();
+    engine_ = std::exchange(other.engine_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void Engine::Admission::Release() {
+  if (engine_ == nullptr) return;
+  engine_->inflight_bytes_.fetch_sub(bytes_);
+  engine_->inflight_requests_.fetch_sub(1);
+  engine_ = nullptr;
+}
 Engine::Engine(std::vector<std::unique_ptr<Backend>> backends,
                EngineOptions options)
     : backends_(std::move(backends)), options_(options) {}
@@ -54,7 +96,32 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> Engine::CreateJob(
   }
   if (best == n) return why_not;
 
-  return backends_[best]->CreateJob(spec, bytes);
+  TRANSPOSE_ASSIGN_OR_RETURN(Admission admission, Admit(bytes));
+  TRANSPOSE_ASSIGN_OR_RETURN(std::unique_ptr<TransposeJob> job,
+                             backends_[best]->CreateJob(spec, bytes));
+  return std::make_unique<AdmittedJob>(std::move(job), std::move(admission));
+}
+
+absl::StatusOr<Engine::Admission> Engine::Admit(uint64_t bytes) {
+  // Count first, then check: concurrent admissions never both slip under a
+  // limit.
+  const int requests = inflight_requests_.fetch_add(1) + 1;
+  const uint64_t total = inflight_bytes_.fetch_add(bytes) + bytes;
+  Admission admission(this, bytes);
+  if (options_.max_inflight_requests > 0 &&
+      requests > options_.max_inflight_requests) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "server busy: %d requests in flight, the limit is %d; retry later",
+        requests - 1, options_.max_inflight_requests));
+  }
+  if (options_.max_inflight_bytes > 0 && total > options_.max_inflight_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("server busy: %d bytes of matrices in flight, and %d "
+                        "more would pass the limit of %d; "
+                        "retry later",
+                        total - bytes, bytes, options_.max_inflight_bytes));
+  }
+  return admission;
 }
 
 }  // namespace transpose

@@ -1,5 +1,6 @@
-// The transport-free transpose engine: validates a request, enforces the
-// limits, picks the least loaded healthy backend that can run it.
+// The transport-free transpose engine: validates a request, enforces the limits
+// (matrix size and admission), and picks the least loaded healthy backend that
+// can run it.
 #ifndef TRANSPOSE_SERVER_ENGINE_H_
 #define TRANSPOSE_SERVER_ENGINE_H_
 
@@ -16,6 +17,12 @@ namespace transpose {
 struct EngineOptions {
   // Largest matrix accepted, in bytes.
   uint64_t max_matrix_bytes = uint64_t{4} << 30;
+  // Admission: bytes of matrices in jobs that exist at once (from the header's
+  // arrival until the result is sent), and the number of such jobs. Past
+  // either, new requests get RESOURCE_EXHAUSTED at once, rather than waiting or
+  // exhausting memory. 0: no limit.
+  uint64_t max_inflight_bytes = 0;
+  int max_inflight_requests = 0;
 };
 
 class Engine {
@@ -27,8 +34,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // A job for `spec`: INVALID_ARGUMENT for a malformed spec, RESOURCE_EXHAUSTED
-  // past max_matrix_bytes or out of memory, UNIMPLEMENTED for an algorithm no
-  // backend has, UNAVAILABLE when no backend is healthy.
+  // past max_matrix_bytes, past the admission limits or out of memory,
+  // UNIMPLEMENTED for an algorithm no backend has, UNAVAILABLE when no backend
+  // is healthy. The job holds its admission until it is destroyed.
   absl::StatusOr<std::unique_ptr<TransposeJob>> CreateJob(
       const TransposeSpec& spec);
 
@@ -39,11 +47,34 @@ class Engine {
   bool healthy() const;
   const EngineOptions& options() const { return options_; }
 
+  // Bytes and jobs admitted now.
+  uint64_t inflight_bytes() const { return inflight_bytes_.load(); }
+  int inflight_requests() const { return inflight_requests_.load(); }
+
+  // One admitted job's share of the limits, given back when destroyed.
+  class Admission {
+   public:
+    Admission(Engine* engine, uint64_t bytes)
+        : engine_(engine), bytes_(bytes) {}
+    Admission(Admission&& other) noexcept { *this = std::move(other); }
+    Admission& operator=(Admission&& other) noexcept;
+    ~Admission() { Release(); }
+
+   private:
+    void Release();
+    Engine* engine_ = nullptr;
+    uint64_t bytes_ = 0;
+  };
+
  private:
+  absl::StatusOr<Admission> Admit(uint64_t bytes);
+
   const std::vector<std::unique_ptr<Backend>> backends_;
   const EngineOptions options_;
   // Rotates ties between equally loaded backends.
   std::atomic<uint32_t> next_{0};
+  std::atomic<uint64_t> inflight_bytes_{0};
+  std::atomic<int> inflight_requests_{0};
 };
 
 }  // namespace transpose

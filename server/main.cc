@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
@@ -55,6 +58,22 @@ ABSL_FLAG(uint64_t, max_matrix_bytes, uint64_t{4} << 30,
           "Largest matrix, in bytes, for TransposeStream.");
 ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,
           "Data bytes per TransposeStream response message.");
+ABSL_FLAG(
+    uint64_t, buffer_pool_bytes, uint64_t{1} << 30,
+    "Released host buffers (pinned, for GPUs) kept for reuse, per device. "
+    "Memory the server keeps between requests, on top of what they hold.");
+ABSL_FLAG(uint64_t, max_inflight_bytes, uint64_t{8} << 30,
+          "Bytes of matrices the server holds at once; requests past it get "
+          "RESOURCE_EXHAUSTED at once (0: no limit).");
+ABSL_FLAG(int, max_inflight_requests, 256,
+          "Requests the server holds at once; past it, RESOURCE_EXHAUSTED at "
+          "once (0: no limit).");
+ABSL_FLAG(double, unready_seconds, 2,
+          "On SIGTERM or SIGINT, how long health reports NOT_SERVING while new "
+          "calls are still taken, before the drain.");
+ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
+          "Testing only: after this many jobs, each GPU runs a kernel that "
+          "faults (a sticky CUDA error), to exercise fault handling.");
 ABSL_FLAG(double, drain_seconds, 30,
           "On SIGTERM or SIGINT, how long running calls may take to finish.");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -82,11 +101,15 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
   if (kind == "cuda" || (kind == "auto" && CudaDeviceCount() > 0)) {
     CudaBackendOptions options;
     options.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
+    options.max_idle_pinned_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
+    options.testing_fault_after_jobs =
+        absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs);
     return CreateCudaBackends(options, metrics);
   }
   CpuBackendOptions options;
   options.workers = absl::GetFlag(FLAGS_streams_per_device);
   options.threads_per_job = absl::GetFlag(FLAGS_cpu_threads);
+  options.max_idle_buffer_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
   std::vector<std::unique_ptr<Backend>> backends;
   backends.push_back(std::make_unique<CpuBackend>(options, metrics));
   return backends;
@@ -161,6 +184,9 @@ int Run() {
 
   EngineOptions engine_options;
   engine_options.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);
+  engine_options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  engine_options.max_inflight_requests =
+      absl::GetFlag(FLAGS_max_inflight_requests);
   Engine engine(*std::move(backends), engine_options);
 
   ServiceOptions service_options;
@@ -192,6 +218,17 @@ int Run() {
     }
     exposer->RegisterCollectable(registry);
   }
+  auto admission = std::make_shared<CallbackGauges>();
+  admission->Add(
+      "transpose_admitted_bytes",
+      "Bytes of matrices admitted and not yet finished (against "
+      "--max_inflight_bytes).",
+      [&engine] { return static_cast<double>(engine.inflight_bytes()); });
+  admission->Add("transpose_admitted_requests",
+                 "Requests admitted and not yet finished (against "
+                 "--max_inflight_requests).",
+                 [&engine] { return engine.inflight_requests(); });
+  if (exposer != nullptr) exposer->RegisterCollectable(admission);
   // GPU utilisation and memory from the driver, where it has NVML.
   std::vector<NvmlCollector::Device> gpus;
   for (const auto& backend : engine.backends()) {
@@ -232,13 +269,35 @@ int Run() {
   Log(LogLevel::kInfo, "serving %s on %s:%d with %s", TRANSPOSE_VERSION,
       (*server)->host(), (*server)->port(), absl::StrJoin(names, ", "));
 
+  // Health follows the engine: NOT_SERVING once no device is healthy.
+  absl::Notification stopping;
+  std::thread health_watch([&] {
+    bool serving = true;
+    while (!stopping.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      if (engine.healthy() != serving) {
+        serving = !serving;
+        Log(serving ? LogLevel::kInfo : LogLevel::kError, "health: %s",
+            serving ? "SERVING" : "NOT_SERVING (no healthy device)");
+        (*server)->SetServing(serving);
+      }
+    }
+  });
+
   int signal = 0;
   sigwait(&signals, &signal);
+  stopping.Notify();
+  health_watch.join();
+  const absl::Duration unready =
+      absl::Seconds(absl::GetFlag(FLAGS_unready_seconds));
   const absl::Duration drain =
       absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
-  Log(LogLevel::kInfo, "signal %d: draining for up to %s", signal,
-      absl::FormatDuration(drain));
+  Log(LogLevel::kInfo,
+      "signal %d: NOT_SERVING for %s, then draining for up to %s", signal,
+      absl::FormatDuration(unready), absl::FormatDuration(drain));
+  // Load balancers and health-checking clients move away while calls are
+  // still taken; then new calls get UNAVAILABLE and running ones may finish.
   (*server)->SetServing(false);
+  absl::SleepFor(unready);
   (*server)->Shutdown(drain);
   Log(LogLevel::kInfo, "stopped");
   return 0;

@@ -168,4 +168,20 @@ void Metrics::RecordRequest(RpcMethod method, absl::StatusCode code,
   durations_[m]->Observe(seconds);
 }
 
+void CallbackGauges::Add(std::string name, std::string help,
+                         std::function<double()> read) {
+  gauges_.push_back({std::move(name), std::move(help), std::move(read)});
+}
+
+std::vector<prometheus::MetricFamily> CallbackGauges::Collect() const {
+  std::vector<prometheus::MetricFamily> families;
+  for (const Gauge& gauge : gauges_) {
+    prometheus::ClientMetric metric;
+    metric.gauge.value = gauge.read();
+    families.push_back(
+        {gauge.name, gauge.help, prometheus::MetricType::Gauge, {metric}});
+  }
+  return families;
+}
+
 }  // namespace transpose

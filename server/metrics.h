@@ -7,12 +7,15 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -84,6 +87,22 @@ class Metrics {
   std::array<std::array<prometheus::Counter*, kCodes>, kMethods> requests_{};
   std::array<prometheus::Histogram*, kMethods> durations_{};
   absl::flat_hash_map<std::string, std::unique_ptr<BackendSeries>> backends_;
+};
+
+// Gauges read at scrape time through callbacks: values something already keeps
+// (the engine's admission counts), exported without an update on the hot path.
+class CallbackGauges final : public prometheus::Collectable {
+ public:
+  // `read` must stay callable while this object is registered with an exposer.
+  void Add(std::string name, std::string help, std::function<double()> read);
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  struct Gauge {
+    std::string name, help;
+    std::function<double()> read;
+  };
+  std::vector<Gauge> gauges_;
 };
 
 }  // namespace transpose

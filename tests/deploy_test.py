@@ -50,6 +50,10 @@ class DeployTest(unittest.TestCase):
             cls.rendered[os.path.basename(overlay)] = (out.stdout,
                                                        list(yaml.safe_load_all(out.stdout)))
 
+    def server_default(self, flag):
+        out = subprocess.run([ARGS.server, "--help"], capture_output=True, text=True).stdout
+        return re.search(r"--%s \(.*?\);\s+default: ([^;]+);" % flag, out, re.S).group(1)
+
     def objects(self, kind):
         for name, (_, docs) in self.rendered.items():
             for doc in docs:
@@ -92,10 +96,11 @@ class DeployTest(unittest.TestCase):
             self.assertEqual(container["readinessProbe"]["grpc"]["service"],
                              "transpose.v1.TransposeService")
             self.assertIn("nvidia.com/gpu", container["resources"]["limits"])
-            # Drain, plus the preStop pause, fit in the grace period.
+            # The preStop pause, the unready phase and the drain fit in the grace period.
             pause = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+            unready = float(uses.get("unready_seconds", self.server_default("unready_seconds")))
             self.assertGreater(pod["terminationGracePeriodSeconds"],
-                               float(uses["drain_seconds"]) + pause)
+                               float(uses["drain_seconds"]) + pause + unready)
             self.assertTrue(pod["securityContext"]["runAsNonRoot"])
         services = {s["metadata"]["name"]: s for _, s in self.objects("Service")}
         self.assertEqual(services["transpose-headless"]["spec"]["clusterIP"], "None")

@@ -1,0 +1,266 @@
+// Limits, cancellation, deadlines, disconnects and graceful drain, against the
+// real server binary: each shows the server giving back what a request held
+// (the admission gauges on /metrics go back to zero) and staying up.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "client/metrics_scrape.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server_process.h"
+#include "transpose/v1/transpose.grpc.pb.h"
+
+namespace transpose {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ServerProcess;
+using Stream =
+    grpc::ClientReaderWriter<v1::TransposeRequest, v1::TransposeResponse>;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
+  args.push_back("--backend=cpu");
+  args.push_back("--log_level=error");
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(ServerProcess::BinaryFromEnvironment(), args);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+double Gauge(const ServerProcess& server, const std::string& name) {
+  absl::StatusOr<std::string> text = FetchUrl(
+      absl::StrCat("http://127.0.0.1:", server.metrics_port(), "/metrics"));
+  if (!text.ok()) return -1;
+  absl::StatusOr<MetricSamples> samples = ParseMetricsText(*text);
+  if (!samples.ok() || !samples->count(name)) return -1;
+  return samples->at(name);
+}
+
+// Waits up to `timeout` for the gauge to reach `value`; returns the last
+// reading.
+double AwaitGauge(const ServerProcess& server, const std::string& name,
+                  double value, absl::Duration timeout = absl::Seconds(5)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  double last = Gauge(server, name);
+  while (last != value && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    last = Gauge(server, name);
+  }
+  return last;
+}
+
+v1::TransposeRequest Header(uint64_t rows, uint64_t cols) {
+  v1::TransposeRequest header;
+  header.set_dtype(v1::DATA_TYPE_FLOAT32);
+  header.mutable_shape()->set_rows(rows);
+  header.mutable_shape()->set_cols(cols);
+  return header;
+}
+
+// A float32 matrix of `rows` x `cols` through the client library.
+absl::Status Transpose(Client& client, uint64_t rows, uint64_t cols) {
+  std::vector<uint8_t> data(rows * cols * 4, 3);
+  return client.Transpose({DataType::kFloat32, {1, rows, cols}, data}).status();
+}
+
+class ReliabilityTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Client> Connect(const ServerProcess& server) {
+    ClientOptions options;
+    options.target = server.address();
+    options.default_timeout = absl::Seconds(20);
+    return *Client::Create(options);
+  }
+};
+
+TEST_F(ReliabilityTest, AdmissionLimitsRefuseAtOnceAndCancellingGivesBack) {
+  auto server = Start({absl::StrCat("--max_inflight_bytes=", 8 * kMiB),
+                       "--max_inflight_requests=3"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+
+  // A 6 MiB upload that stops after its header and a chunk holds 6 MiB of
+  // the 8.
+  grpc::ClientContext held;
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
+  v1::TransposeRequest first = Header(1536, 1024);
+  first.set_data(std::string(kMiB, '\1'));
+  ASSERT_TRUE(stream->Write(first));
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 6.0 * kMiB),
+            6.0 * kMiB);
+
+  const absl::Time asked = absl::Now();
+  absl::Status busy = Transpose(*client, 1024, 1024);  // 4 MiB: over the limit.
+  EXPECT_EQ(busy.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(busy.message(), HasSubstr("server busy"));
+  EXPECT_LT(absl::Now() - asked,
+            absl::Seconds(2));  // Refused at once, not queued.
+  EXPECT_TRUE(Transpose(*client, 512, 512).ok());  // 1 MiB fits.
+
+  held.TryCancel();
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+  EXPECT_TRUE(Transpose(*client, 1024, 1024).ok());
+
+  // Three uploads stopped after their headers take every request slot.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->TransposeStream(contexts.back().get()));
+    ASSERT_TRUE(streams.back()->Write(Header(8, 8)));
+  }
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 3), 3);
+  absl::Status full = Transpose(*client, 8, 8);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("requests in flight"));
+  contexts.front()->TryCancel();
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 2), 2);
+  EXPECT_TRUE(Transpose(*client, 8, 8).ok());
+  for (auto& context : contexts) context->TryCancel();
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
+}
+
+TEST_F(ReliabilityTest, AnExpiredDeadlineGivesEverythingBack) {
+  auto server = Start({absl::StrCat("--max_inflight_bytes=", 8 * kMiB)});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(300));
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+  ASSERT_TRUE(stream->Write(Header(1536, 1024)));
+  v1::TransposeResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 0), 0);
+  EXPECT_TRUE(Transpose(*client, 1536, 1024).ok());
+}
+
+// A client killed in the middle of a 1 GiB upload leaves nothing behind on the
+// server.
+TEST_F(ReliabilityTest, AClientThatDiesMidUploadLeavesNothingBehind) {
+  auto server = Start({"--max_matrix_bytes=2147483648",
+                       absl::StrCat("--max_inflight_bytes=", 1100 * kMiB)});
+  ASSERT_NE(server, nullptr);
+  char path[] = "/tmp/transpose-upload-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 30), 0);  // 1 GiB of zeros, sparse.
+  close(fd);
+  const std::string cli = ServerProcess::BinaryFromEnvironment();
+  const std::string transpose_cli =
+      cli.substr(0, cli.rfind("/server/")) + "/client/transpose";
+  const pid_t child = fork();
+  if (child == 0) {
+    const std::string server_flag =
+        absl::StrCat("--server=", server->address());
+    const std::string in_flag = absl::StrCat("--in=", path);
+    execl(transpose_cli.c_str(), transpose_cli.c_str(), server_flag.c_str(),
+          "transpose", in_flag.c_str(), "--out=/dev/null", "--rows=32768",
+          "--cols=32768", "--dtype=uint8", "--progress=false",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill it once the server holds the upload.
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 1 << 30,
+                       absl::Seconds(30)),
+            1 << 30);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  unlink(path);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 0), 0);
+  auto client = Connect(*server);
+  EXPECT_TRUE(Transpose(*client, 64, 64).ok());
+}
+
+TEST_F(ReliabilityTest,
+       DrainTurnsUnreadyRefusesNewCallsAndFinishesRunningOnes) {
+  auto server = Start({"--drain_seconds=10", "--unready_seconds=1.5"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+
+  // A running upload: 4 MiB, half sent.
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+  std::vector<uint8_t> data(4 * kMiB);
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = static_cast<uint8_t>(i * 7);
+  v1::TransposeRequest first = Header(1024, 1024);
+  first.set_data(data.data(), data.size() / 2);
+  ASSERT_TRUE(stream->Write(first));
+  ASSERT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 1), 1);
+
+  const absl::Time signalled = absl::Now();
+  kill(server->pid(), SIGTERM);
+  // Health turns NOT_SERVING while calls are still taken...
+  bool unready = false;
+  while (!unready && absl::Now() - signalled < absl::Seconds(1.2)) {
+    absl::StatusOr<bool> serving = client->CheckHealth("", absl::Seconds(1));
+    unready = serving.ok() && !*serving;
+  }
+  EXPECT_TRUE(unready);
+  // ...then new calls are refused.
+  absl::Status refused = absl::OkStatus();
+  while (refused.ok() && absl::Now() - signalled < absl::Seconds(5)) {
+    refused = Transpose(*client, 8, 8);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+
+  // The running call finishes with the right result.
+  v1::TransposeRequest rest;
+  rest.set_data(data.data() + data.size() / 2, data.size() / 2);
+  ASSERT_TRUE(stream->Write(rest));
+  stream->WritesDone();
+  std::string result;
+  v1::TransposeResponse response;
+  while (stream->Read(&response)) result += response.data();
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(result.size(), data.size());
+  const auto* in = reinterpret_cast<const uint32_t*>(data.data());
+  const auto* out = reinterpret_cast<const uint32_t*>(result.data());
+  for (uint64_t r = 0; r < 1024; r += 37) {
+    for (uint64_t c = 0; c < 1024; c += 41)
+      ASSERT_EQ(out[c * 1024 + r], in[r * 1024 + c]);
+  }
+  // And the server exits cleanly, well inside its drain time.
+  EXPECT_EQ(server->Stop(0, absl::Seconds(8)), 0);
+}
+
+TEST_F(ReliabilityTest, DrainCutsOffCallsThatOutlastIt) {
+  auto server = Start({"--drain_seconds=1", "--unready_seconds=0"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+  ASSERT_TRUE(stream->Write(Header(1024, 1024)));  // And never the data.
+  ASSERT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 1), 1);
+  const absl::Time signalled = absl::Now();
+  kill(server->pid(), SIGTERM);
+  v1::TransposeResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_FALSE(stream->Finish().ok());
+  EXPECT_EQ(server->Stop(0, absl::Seconds(10)), 0);
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace transpose
