@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "kernels/cpu_transpose.h"
 #include "server/core/status_macros.h"
@@ -44,7 +44,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   }
   const MatrixView view{options.dtype, options.shape, input};
 
-  absl::Mutex mutex;
+  std::mutex mutex;
   BenchReport report;
   report.matrix_bytes = bytes;
   std::vector<double> latencies;
@@ -67,7 +67,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
       if (status.ok() && options.verify && output != expected) {
         status = absl::DataLossError("result differs from the CPU transpose");
       }
-      absl::MutexLock lock(&mutex);
+      std::lock_guard<std::mutex> lock(mutex);
       if (!status.ok()) {
         if (report.errors++ == 0) report.first_error = status;
         continue;

@@ -13,9 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
 #include "proto/convert.h"
 #include "proto/wire.h"
+#include "server/core/notification.h"
 #include "server/core/status_macros.h"
 
 namespace transpose {
@@ -285,7 +285,7 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   grpc::ClientContext context;
   PrepareContext(context, timeout);
   grpc::GenericStub stub(channel_);
-  absl::Notification done;
+  Notification done;
   grpc::Status status;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
                  &request, &response, [&](grpc::Status s) {

@@ -80,6 +80,34 @@ class SliceReader {
   size_t offset_ = 0;
 };
 
+// Copies the payload of the field that `tag` starts into `rest`; a group field
+// by field, up to its end tag, as deep as protobuf's own recursion limit.
+bool CopyField(SliceReader& reader, uint64_t tag, std::string& rest,
+               int depth) {
+  uint64_t value;
+  switch (tag & 7) {
+    case 0:
+      return reader.ReadVarint(value, &rest);
+    case 1:
+      return reader.Take(8, nullptr, &rest);
+    case kLengthDelimited:
+      return reader.ReadVarint(value, &rest) &&
+             reader.Take(value, nullptr, &rest);
+    case 3:
+      if (depth >= 100) return false;
+      while (true) {
+        uint64_t inner;
+        if (!reader.ReadVarint(inner, &rest)) return false;
+        if ((inner & 7) == 4) return (inner >> 3) == (tag >> 3);
+        if (!CopyField(reader, inner, rest, depth + 1)) return false;
+      }
+    case 5:
+      return reader.Take(4, nullptr, &rest);
+    default:  // An end-group tag without its start, or wire types 6 and 7.
+      return false;
+  }
+}
+
 template <typename Message>
 absl::Status ParseView(const grpc::ByteBuffer& buffer,
                        MessageView<Message>& view) {
@@ -108,26 +136,7 @@ absl::Status ParseView(const grpc::ByteBuffer& buffer,
       continue;
     }
     rest += tag_bytes;
-    uint64_t value;
-    switch (wire_type) {
-      case 0:
-        if (!reader.ReadVarint(value, &rest)) return malformed;
-        break;
-      case 1:
-        if (!reader.Take(8, nullptr, &rest)) return malformed;
-        break;
-      case kLengthDelimited:
-        if (!reader.ReadVarint(value, &rest) ||
-            !reader.Take(value, nullptr, &rest)) {
-          return malformed;
-        }
-        break;
-      case 5:
-        if (!reader.Take(4, nullptr, &rest)) return malformed;
-        break;
-      default:
-        return malformed;
-    }
+    if (!CopyField(reader, tag, rest, 0)) return malformed;
   }
   if (!view.header.ParseFromString(rest)) return malformed;
   return absl::OkStatus();

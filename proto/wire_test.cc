@@ -109,6 +109,20 @@ TEST(WireTest, LastDataFieldWinsAndUnknownFieldsPass) {
   EXPECT_EQ(Joined(view.data), "xyz");
 }
 
+TEST(WireTest, SkipsUnknownGroupsAsProtobufDoes) {
+  // Unknown group 9 {field 1 = 5, group 10 {}}, then data "xy".
+  const std::string bytes("\x4b\x08\x05\x53\x54\x4c\x1a\x02xy", 10);
+  v1::TransposeRequest reference;
+  ASSERT_TRUE(reference.ParseFromString(bytes));
+  RequestView view;
+  ASSERT_TRUE(Parse(Split(bytes, {2}), view).ok());
+  EXPECT_EQ(Joined(view.data), reference.data());
+  // An end tag that does not match its group is malformed for both.
+  const std::string mismatched("\x4b\x54", 2);
+  EXPECT_FALSE(reference.ParseFromString(mismatched));
+  EXPECT_FALSE(Parse(Split(mismatched, {}), view).ok());
+}
+
 TEST(WireTest, RejectsMalformedMessages) {
   const std::string full = SampleRequest().SerializeAsString();
   for (const std::string& bytes :

@@ -13,6 +13,7 @@ build_packages=(
 )
 test_packages=(
   prometheus python3 python3-numpy python3-yaml openssl yamllint clang-format
+  clang-14 libclang-rt-14-dev
 )
 
 packages=("${build_packages[@]}" "${test_packages[@]}")

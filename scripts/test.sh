@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, and runs every test. GPU tests run
-# when a GPU is visible; otherwise they are listed as skipped. Arguments go to ctest.
+# when a GPU is visible; otherwise they are listed as skipped. Then, unless TRANSPOSE_QUICK_TESTS=1:
+# the whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer, the engine's
+# concurrency tests under ThreadSanitizer, and the fuzz targets (Clang, libFuzzer): their seed
+# corpus, then a bounded run each. Arguments go to the first ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo=$PWD
 
 scripts/install_deps.sh
 if nvidia-smi -L >/dev/null 2>&1; then
@@ -13,12 +17,44 @@ else
 fi
 scripts/build.sh
 
-cd "${BUILD_DIR:-build}"
-ctest_args=(--output-on-failure --timeout 1200 "$@")
-if ((have_gpu)); then
-  ctest "${ctest_args[@]}"
-else
-  echo "No GPU visible: skipping the tests labelled gpu:"
-  ctest -N -L gpu | { grep -E "Test +#" || true; } | sed 's/^ */  SKIPPED /'
-  ctest -LE gpu "${ctest_args[@]}"
-fi
+ctest_args=(--output-on-failure --timeout 1800)
+(
+  cd "${BUILD_DIR:-build}"
+  if ((have_gpu)); then
+    ctest "${ctest_args[@]}" "$@"
+  else
+    echo "No GPU visible: skipping the tests labelled gpu:"
+    ctest -N -L gpu | { grep -E "Test +#" || true; } | sed 's/^ */  SKIPPED /'
+    ctest -LE gpu "${ctest_args[@]}" "$@"
+  fi
+)
+[[ "${TRANSPOSE_QUICK_TESTS:-0}" == 1 ]] && exit 0
+
+echo "== AddressSanitizer and UndefinedBehaviorSanitizer: the whole suite (but the tool checks)"
+BUILD_DIR=build-asan CMAKE_ARGS="-DTRANSPOSE_SANITIZE=address,undefined -DTRANSPOSE_CUDA=OFF" \
+  scripts/build.sh
+(
+  cd build-asan
+  ASAN_OPTIONS=detect_leaks=1 \
+  LSAN_OPTIONS="suppressions=$repo/tests/sanitizers/lsan.supp" \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest -LE "gpu|tools" "${ctest_args[@]}"
+)
+
+# Debian's gRPC and Abseil are not built for TSan, so the RPC-level tests would report races that
+# those libraries order internally; the engine's concurrency is all on standard-library locks.
+echo "== ThreadSanitizer: the engine's concurrency"
+tsan_tests=(engine_concurrency_test engine_test buffer_pool_test)
+BUILD_DIR=build-tsan CMAKE_ARGS="-DTRANSPOSE_SANITIZE=thread -DTRANSPOSE_CUDA=OFF" \
+  scripts/build.sh --target "${tsan_tests[@]}"
+(
+  cd build-tsan
+  TSAN_OPTIONS="halt_on_error=1 suppressions=$repo/tests/sanitizers/tsan.supp" \
+    ctest -R "^($(IFS='|'; echo "${tsan_tests[*]}"))\$" "${ctest_args[@]}"
+)
+
+echo "== libFuzzer: seed corpus and a bounded run per target"
+BUILD_DIR=build-fuzz CMAKE_ARGS="-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+-DTRANSPOSE_CUDA=OFF -DTRANSPOSE_FUZZ=ON -DTRANSPOSE_SANITIZE=address,undefined" \
+  scripts/build.sh --target request_fuzzer npy_fuzzer
+(cd build-fuzz && ctest -R "fuzzer" "${ctest_args[@]}")

@@ -77,7 +77,7 @@ BufferPool::BufferPool(std::unique_ptr<MemoryAllocator> allocator,
     : allocator_(std::move(allocator)), max_idle_bytes_(max_idle_bytes) {}
 
 BufferPool::~BufferPool() {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [capacity, data] : idle_) allocator_->Free(data, capacity);
 }
 
@@ -87,7 +87,7 @@ absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
   buffer.pool_ = this;
   buffer.size_ = bytes;
   {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     // A much larger idle buffer stays for a request that needs it.
     auto it = idle_.lower_bound(capacity);
     if (it != idle_.end() && it->first <= 2 * capacity) {
@@ -103,7 +103,7 @@ absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
     buffer.pool_ = nullptr;
     return data.status();
   }
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   allocated_bytes_ += capacity;
   buffer.data_ = static_cast<uint8_t*>(*data);
   buffer.capacity_ = capacity;
@@ -112,7 +112,7 @@ absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
 
 void BufferPool::Release(uint8_t* data, size_t capacity) {
   {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (idle_bytes_ + capacity <= max_idle_bytes_) {
       idle_.emplace(capacity, data);
       idle_bytes_ += capacity;
@@ -124,12 +124,12 @@ void BufferPool::Release(uint8_t* data, size_t capacity) {
 }
 
 size_t BufferPool::allocated_bytes() const {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return allocated_bytes_;
 }
 
 size_t BufferPool::idle_bytes() const {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return idle_bytes_;
 }
 

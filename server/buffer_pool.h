@@ -8,10 +8,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 
 namespace transpose {
@@ -73,10 +72,10 @@ class BufferPool {
 
   const std::unique_ptr<MemoryAllocator> allocator_;
   const size_t max_idle_bytes_;
-  mutable absl::Mutex mutex_;
-  std::multimap<size_t, uint8_t*> idle_ ABSL_GUARDED_BY(mutex_);
-  size_t idle_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
-  size_t allocated_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  mutable std::mutex mutex_;
+  std::multimap<size_t, uint8_t*> idle_;
+  size_t idle_bytes_ = 0;
+  size_t allocated_bytes_ = 0;
 };
 
 }  // namespace transpose

@@ -1,7 +1,9 @@
 #include "server/cpu_backend.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,8 +80,8 @@ class CpuBackend::Job final : public TransposeJob {
   // Bands in flight use the buffers: wait for them (a cancelled upload can
   // leave some running).
   ~Job() override {
-    absl::MutexLock lock(&bands_->mutex);
-    bands_->mutex.Await(absl::Condition(&bands_->idle));
+    std::unique_lock<std::mutex> lock(bands_->mutex);
+    bands_->idle_changed.wait(lock, [this] { return bands_->idle; });
   }
 
   absl::Span<uint8_t> input() override { return input_.span(); }
@@ -122,16 +124,18 @@ class CpuBackend::Job final : public TransposeJob {
  private:
   // What the bands share, outliving the job while a band still holds it.
   struct Bands {
-    absl::Mutex mutex;
-    int pending ABSL_GUARDED_BY(mutex) = 0;
-    bool last_added ABSL_GUARDED_BY(mutex) = false;
-    double kernel_seconds ABSL_GUARDED_BY(mutex) = 0;
-    absl::Status status ABSL_GUARDED_BY(mutex);
-    bool idle ABSL_GUARDED_BY(mutex) = true;
+    // Guards the fields below; idle_changed signals `idle`.
+    std::mutex mutex;
+    std::condition_variable idle_changed;
+    int pending = 0;
+    bool last_added = false;
+    double kernel_seconds = 0;
+    absl::Status status;
+    bool idle = true;
   };
 
   void AddBand(bool last) {
-    absl::MutexLock lock(&bands_->mutex);
+    std::lock_guard<std::mutex> lock(bands_->mutex);
     ++bands_->pending;
     bands_->idle = false;
     bands_->last_added |= last;
@@ -166,18 +170,19 @@ class CpuBackend::Job final : public TransposeJob {
     std::shared_ptr<Bands> bands = bands_;
     absl::Status result;
     double kernel_seconds;
+    bool complete;
     {
-      absl::MutexLock lock(&bands->mutex);
+      std::lock_guard<std::mutex> lock(bands->mutex);
       bands->kernel_seconds += seconds;
       if (!status.ok()) bands->status = status;
-      if (--bands->pending > 0 || !bands->last_added) {
-        bands->idle = bands->pending == 0;
-        return;
-      }
+      bands->idle = --bands->pending == 0;
+      complete = bands->idle && bands->last_added;
       result = bands->status;
       kernel_seconds = bands->kernel_seconds;
-      bands->idle = true;
     }
+    // `bands` outlives a job destroyed the moment this wakes its destructor.
+    bands->idle_changed.notify_all();
+    if (!complete) return;
     stats_.total_seconds = absl::ToDoubleSeconds(absl::Now() - created_);
     // With bands spread over the upload, the kernel time is the sum of their
     // times.

@@ -4,15 +4,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kernels/gpu_launch.h"
@@ -128,8 +127,8 @@ class CudaBackend final : public Backend {
   std::atomic<int> load_{0};
   BufferPool pinned_;
   std::vector<Slot> slots_;
-  absl::Mutex mutex_;
-  std::vector<Slot*> free_slots_ ABSL_GUARDED_BY(mutex_);
+  std::mutex mutex_;
+  std::vector<Slot*> free_slots_;
   std::atomic<uint64_t> device_bytes_{0};
   std::atomic<int> jobs_started_{0};
   // Destroyed first: joins the stream threads before the slots go.
@@ -228,7 +227,7 @@ absl::Status CudaBackend::Init() {
         "cudaEventCreateWithFlags"));
   }
   {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     for (Slot& slot : slots_) free_slots_.push_back(&slot);
   }
 
@@ -307,7 +306,7 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
 Slot& CudaBackend::AcquireSlot() {
   // There are as many stream threads as slots, so a running job always finds
   // one.
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   Slot* slot = free_slots_.back();
   free_slots_.pop_back();
   series_->busy_streams->Increment();
@@ -315,7 +314,7 @@ Slot& CudaBackend::AcquireSlot() {
 }
 
 void CudaBackend::ReleaseSlot(Slot& slot) {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   free_slots_.push_back(&slot);
   series_->busy_streams->Decrement();
 }

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/core/notification.h"
 #include "server/cpu_backend.h"
 #include "server/fake_backend.h"
 
@@ -44,7 +44,7 @@ Fakes MakeEngine(int n, EngineOptions options = {}) {
 std::string BackendOf(Engine& engine, const TransposeSpec& spec = kSpec) {
   absl::StatusOr<std::unique_ptr<TransposeJob>> job = engine.CreateJob(spec);
   if (!job.ok()) return job.status().ToString();
-  absl::Notification done;
+  Notification done;
   (*job)->Run([&](absl::Status) { done.Notify(); });
   done.WaitForNotification();
   return (*job)->stats().backend;
@@ -133,7 +133,7 @@ TEST(EngineTest, CpuBackendTransposesAndRecordsMetrics) {
     std::mt19937 rng(3);
     for (int32_t& v : input) v = static_cast<int32_t>(rng());
     std::memcpy((*job)->input().data(), input.data(), (*job)->input().size());
-    absl::Notification done;
+    Notification done;
     absl::Status result;
     (*job)->Run([&](absl::Status status) {
       result = status;
@@ -218,7 +218,7 @@ TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
     offset += n;
     (*job)->InputAdvanced(offset);
   }
-  absl::Notification done;
+  Notification done;
   absl::Status result;
   (*job)->Run([&](absl::Status status) {
     result = status;
@@ -256,7 +256,7 @@ TEST_F(CpuBackendTest, DoneMayDestroyTheJob) {
     ASSERT_TRUE(created.ok());
     std::shared_ptr<TransposeJob> job = *std::move(created);
     TransposeJob& ref = *job;
-    absl::Notification done;
+    Notification done;
     ref.Run([job = std::move(job), &done](absl::Status status) mutable {
       EXPECT_TRUE(status.ok());
       job.reset();

@@ -18,13 +18,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/core/files.h"
 #include "server/core/log.h"
+#include "server/core/notification.h"
 #include "server/core/status_macros.h"
 #include "server/cpu_backend.h"
 #include "server/cuda_backend.h"
@@ -270,7 +270,7 @@ int Run() {
       (*server)->host(), (*server)->port(), absl::StrJoin(names, ", "));
 
   // Health follows the engine: NOT_SERVING once no device is healthy.
-  absl::Notification stopping;
+  Notification stopping;
   std::thread health_watch([&] {
     bool serving = true;
     while (!stopping.WaitForNotificationWithTimeout(absl::Seconds(1))) {

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <utility>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/convert.h"
@@ -14,20 +14,6 @@
 
 namespace transpose {
 namespace {
-
-// `data` must outlive the part.
-RequestPart PartOf(const v1::TransposeRequest& header,
-                   absl::Span<const absl::string_view> data) {
-  RequestPart part;
-  part.has_header = header.dtype() != v1::DATA_TYPE_UNSPECIFIED ||
-                    header.has_shape() ||
-                    header.algorithm() != v1::ALGORITHM_AUTO;
-  part.header.dtype = api::FromProto(header.dtype());
-  part.header.shape = api::FromProto(header.shape());
-  part.header.algorithm = api::FromProto(header.algorithm());
-  part.data = data;
-  return part;
-}
 
 // One RPC's accounting: the in-flight gauge while it runs, then its count,
 // duration and, when it failed, a log line.
@@ -71,6 +57,19 @@ void FillHeader(const TransposeSpec& spec, v1::TransposeResponse& response) {
 }
 
 }  // namespace
+
+RequestPart PartOf(const v1::TransposeRequest& header,
+                   absl::Span<const absl::string_view> data) {
+  RequestPart part;
+  part.has_header = header.dtype() != v1::DATA_TYPE_UNSPECIFIED ||
+                    header.has_shape() ||
+                    header.algorithm() != v1::ALGORITHM_AUTO;
+  part.header.dtype = api::FromProto(header.dtype());
+  part.header.shape = api::FromProto(header.shape());
+  part.header.algorithm = api::FromProto(header.algorithm());
+  part.data = data;
+  return part;
+}
 
 TransposeService::TransposeService(Engine& engine, Metrics& metrics,
                                    const AccessControl& access,
@@ -134,7 +133,7 @@ class TransposeService::StreamCall final
           return service_.engine_.CreateJob(spec);
         }) {
     if (absl::Status allowed = service.access_.Check(context); !allowed.ok()) {
-      absl::MutexLock lock(&mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       FinishLocked(allowed);
       return;
     }
@@ -144,7 +143,7 @@ class TransposeService::StreamCall final
   void OnReadDone(bool ok) override {
     TransposeJob* job_to_run = nullptr;
     {
-      absl::MutexLock lock(&mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       if (finished_) return;
       if (!ok) {
         // The client half-closed (or the call is going away): no more data will
@@ -173,7 +172,7 @@ class TransposeService::StreamCall final
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (finished_) return;
     if (!ok) {
       FinishLocked(
@@ -188,7 +187,7 @@ class TransposeService::StreamCall final
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!finished_)
       FinishLocked(absl::CancelledError("cancelled by the client"));
   }
@@ -196,7 +195,7 @@ class TransposeService::StreamCall final
   void OnDone() override {
     bool destroy;
     {
-      absl::MutexLock lock(&mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       done_ = true;
       destroy = !job_running_;
     }
@@ -207,7 +206,7 @@ class TransposeService::StreamCall final
   void OnJobDone(absl::Status status) {
     bool destroy = false;
     {
-      absl::MutexLock lock(&mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       job_running_ = false;
       if (finished_) {
         destroy = done_;
@@ -221,7 +220,7 @@ class TransposeService::StreamCall final
     if (destroy) delete this;
   }
 
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+  void WriteNextLocked() {
     v1::TransposeResponse header;
     if (written_ == 0) FillHeader(assembler_.spec(), header);
     const size_t chunk = std::min<size_t>(
@@ -238,25 +237,24 @@ class TransposeService::StreamCall final
     StartWrite(&response_);
   }
 
-  void FinishLocked(const absl::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+  void FinishLocked(const absl::Status& status) {
     finished_ = true;
     Finish(scope_.Finish(status));
   }
 
   TransposeService& service_;
   RpcScope scope_;
-  absl::Mutex mutex_;
-  RequestAssembler assembler_ ABSL_GUARDED_BY(mutex_);
+  std::mutex mutex_;
+  RequestAssembler assembler_;
   grpc::ByteBuffer request_;
-  grpc::ByteBuffer response_ ABSL_GUARDED_BY(mutex_);
-  absl::Span<const uint8_t> output_ ABSL_GUARDED_BY(mutex_);
-  size_t written_ ABSL_GUARDED_BY(mutex_) = 0;
-  bool stats_sent_ ABSL_GUARDED_BY(mutex_) = false;
-  bool job_started_ ABSL_GUARDED_BY(mutex_) = false;
-  bool job_running_ ABSL_GUARDED_BY(mutex_) = false;
-  bool finished_ ABSL_GUARDED_BY(mutex_) = false;
-  bool done_ ABSL_GUARDED_BY(mutex_) = false;
+  grpc::ByteBuffer response_;
+  absl::Span<const uint8_t> output_;
+  size_t written_ = 0;
+  bool stats_sent_ = false;
+  bool job_started_ = false;
+  bool job_running_ = false;
+  bool finished_ = false;
+  bool done_ = false;
 };
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

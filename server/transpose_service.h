@@ -12,6 +12,7 @@
 #include "server/access_control.h"
 #include "server/engine.h"
 #include "server/metrics.h"
+#include "server/request_assembler.h"
 #include "transpose/v1/transpose.grpc.pb.h"
 
 namespace transpose {
@@ -23,6 +24,13 @@ struct ServiceOptions {
   uint64_t response_chunk_bytes = uint64_t{1} << 20;
   std::string version;
 };
+
+// One received TransposeRequest as the request assembler takes it: its header
+// fields mapped to core types (the message carries a header when any of them is
+// set), and its data as the transport delivered it. `data` must outlive the
+// part.
+RequestPart PartOf(const v1::TransposeRequest& header,
+                   absl::Span<const absl::string_view> data);
 
 // TransposeStream is registered raw (grpc::ByteBuffer): request data is copied
 // straight from the transport's slices into the job, and response data goes out

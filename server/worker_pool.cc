@@ -14,24 +14,24 @@ WorkerPool::WorkerPool(int threads,
 
 WorkerPool::~WorkerPool() {
   {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
+  ready_.notify_all();
   for (std::thread& thread : threads_) thread.join();
 }
 
 void WorkerPool::Schedule(absl::AnyInvocable<void() &&> task) {
-  absl::MutexLock lock(&mutex_);
-  tasks_.push_back(std::move(task));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tasks_.push_back(std::move(task));
+  }
+  ready_.notify_one();
 }
 
 size_t WorkerPool::queued() const {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return tasks_.size();
-}
-
-bool WorkerPool::HasTaskOrStopping() const {
-  return stopping_ || !tasks_.empty();
 }
 
 void WorkerPool::Loop(int index) {
@@ -39,8 +39,8 @@ void WorkerPool::Loop(int index) {
   while (true) {
     absl::AnyInvocable<void() &&> task;
     {
-      absl::MutexLock lock(&mutex_);
-      mutex_.Await(absl::Condition(this, &WorkerPool::HasTaskOrStopping));
+      std::unique_lock<std::mutex> lock(mutex_);
+      ready_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
       if (tasks_.empty()) return;  // Stopping and drained.
       task = std::move(tasks_.front());
       tasks_.pop_front();

@@ -3,14 +3,14 @@
 #ifndef TRANSPOSE_SERVER_WORKER_POOL_H_
 #define TRANSPOSE_SERVER_WORKER_POOL_H_
 
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
-#include "absl/synchronization/mutex.h"
 
 namespace transpose {
 
@@ -34,12 +34,13 @@ class WorkerPool {
 
  private:
   void Loop(int index);
-  bool HasTaskOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   absl::AnyInvocable<void(int) const> on_thread_start_;
-  mutable absl::Mutex mutex_;
-  std::deque<absl::AnyInvocable<void() &&>> tasks_ ABSL_GUARDED_BY(mutex_);
-  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  // Guards tasks_ and stopping_; ready_ wakes the threads.
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<absl::AnyInvocable<void() &&>> tasks_;
+  bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
 

@@ -13,12 +13,12 @@
 #include <cstdio>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "server/core/notification.h"
 #include "transpose/v1/transpose.grpc.pb.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:0", "Listening address.");
@@ -88,7 +88,7 @@ class EchoService final : public v1::TransposeService::CallbackService {
         StartRead(&request_);
       }
       void OnReadDone(bool ok) override {
-        absl::MutexLock lock(&mutex_);
+        std::lock_guard<std::mutex> lock(mutex_);
         if (!ok || finished_) {
           reads_done_ = true;
           if (!writing_) FinishOnceLocked();
@@ -112,7 +112,7 @@ class EchoService final : public v1::TransposeService::CallbackService {
         StartRead(&request_);
       }
       void OnWriteDone(bool ok) override {
-        absl::MutexLock lock(&mutex_);
+        std::lock_guard<std::mutex> lock(mutex_);
         queue_.pop_front();
         writing_ = false;
         if (!ok) {
@@ -135,7 +135,7 @@ class EchoService final : public v1::TransposeService::CallbackService {
         StartWrite(&queue_.front());
       }
 
-      absl::Mutex mutex_;
+      std::mutex mutex_;
       v1::TransposeRequest request_;
       std::deque<v1::TransposeResponse> queue_;
       const bool pipelined_;
