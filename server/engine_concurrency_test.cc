@@ -32,7 +32,8 @@ TEST(EngineConcurrencyTest, ManyThreadsCreateRunAndAbandonJobs) {
   backends.push_back(std::make_unique<CpuBackend>(cpu, metrics));
   EngineOptions options;
   options.max_inflight_bytes = 1 << 20;
-  options.max_inflight_requests = 5;  // Fewer than the threads: some get refused.
+  options.max_inflight_requests =
+      5;  // Fewer than the threads: some get refused.
   Engine engine(std::move(backends), options);
 
   std::atomic<int> verified{0}, abandoned{0}, refused{0}, wrong{0};

@@ -52,9 +52,10 @@ double ResidentBytes(pid_t pid) {
 }
 
 std::unique_ptr<ServerProcess> Start() {
-  absl::StatusOr<std::unique_ptr<ServerProcess>> server = ServerProcess::Start(
-      ServerProcess::BinaryFromEnvironment(),
-      {"--backend=cpu", "--log_level=error", "--buffer_pool_bytes=67108864"});
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(ServerProcess::BinaryFromEnvironment(),
+                           {ServerProcess::BackendFlag(), "--log_level=error",
+                            "--buffer_pool_bytes=67108864"});
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
 }

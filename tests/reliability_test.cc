@@ -31,7 +31,7 @@ using Stream =
 constexpr uint64_t kMiB = 1 << 20;
 
 std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
-  args.push_back("--backend=cpu");
+  args.push_back(ServerProcess::BackendFlag());
   args.push_back("--log_level=error");
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::Start(ServerProcess::BinaryFromEnvironment(), args);
@@ -162,9 +162,7 @@ TEST_F(ReliabilityTest, AClientThatDiesMidUploadLeavesNothingBehind) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, 1 << 30), 0);  // 1 GiB of zeros, sparse.
   close(fd);
-  const std::string cli = ServerProcess::BinaryFromEnvironment();
-  const std::string transpose_cli =
-      cli.substr(0, cli.rfind("/server/")) + "/client/transpose";
+  const std::string transpose_cli = ServerProcess::CliFromEnvironment();
   const pid_t child = fork();
   if (child == 0) {
     const std::string server_flag =
@@ -260,6 +258,33 @@ TEST_F(ReliabilityTest, DrainCutsOffCallsThatOutlastIt) {
   EXPECT_FALSE(stream->Finish().ok());
   EXPECT_EQ(server->Stop(0, absl::Seconds(10)), 0);
   EXPECT_LT(absl::Now() - signalled, absl::Seconds(5));
+}
+
+// With the CUDA backend (the GPU machine): a device fault that poisons the CUDA
+// context fails the request it hit, marks the device unhealthy, turns health
+// NOT_SERVING, and later requests get UNAVAILABLE instead of results from a
+// broken device. The server stays up.
+TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
+  if (ServerProcess::BackendFromEnvironment() != "cuda") {
+    GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
+  }
+  auto server =
+      Start({"--testing_cuda_fault_after_jobs=2", "--streams_per_device=1"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  EXPECT_TRUE(Transpose(*client, 64, 64).ok());
+  EXPECT_TRUE(Transpose(*client, 64, 64).ok());
+  absl::Status faulted = Transpose(*client, 64, 64);
+  EXPECT_EQ(faulted.code(), absl::StatusCode::kInternal) << faulted;
+  bool unhealthy = false;
+  for (int i = 0; i < 50 && !unhealthy; ++i) {
+    absl::StatusOr<bool> serving = client->CheckHealth();
+    unhealthy = serving.ok() && !*serving;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(unhealthy);
+  EXPECT_EQ(Transpose(*client, 64, 64).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(server->Stop(SIGTERM), 0);
 }
 
 }  // namespace

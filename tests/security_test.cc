@@ -64,7 +64,7 @@ class SecurityTest : public ::testing::Test {
   }
 
   static std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
-    args.push_back("--backend=cpu");
+    args.push_back(ServerProcess::BackendFlag());
     args.push_back("--log_level=error");
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
         ServerProcess::Start(ServerProcess::BinaryFromEnvironment(), args);

@@ -38,6 +38,12 @@ std::string ServerProcess::BinaryFromEnvironment() {
   return binary == nullptr ? "transpose_server" : binary;
 }
 
+std::string ServerProcess::CliFromEnvironment() {
+  if (const char* cli = std::getenv("TRANSPOSE_CLI")) return cli;
+  const std::string server = BinaryFromEnvironment();
+  return server.substr(0, server.rfind("/server/")) + "/client/transpose";
+}
+
 std::string ServerProcess::BackendFromEnvironment() {
   const char* backend = std::getenv("TRANSPOSE_TEST_BACKEND");
   return backend == nullptr ? "cpu" : backend;

@@ -28,6 +28,12 @@ class ServerProcess {
   // The --backend the environment asks tests to use (TRANSPOSE_TEST_BACKEND,
   // default cpu).
   static std::string BackendFromEnvironment();
+  // That backend as a --backend flag.
+  static std::string BackendFlag() {
+    return "--backend=" + BackendFromEnvironment();
+  }
+  // The transpose CLI: TRANSPOSE_CLI, else beside the server in the build tree.
+  static std::string CliFromEnvironment();
 
   ~ServerProcess();
 

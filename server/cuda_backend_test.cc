@@ -1,0 +1,123 @@
+// The CUDA backend in process, on the GPU machine: concurrent jobs over its
+// streams, out of device memory, and a sticky fault. Skips (and says so) where
+// no GPU is visible.
+#include "server/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "server/core/notification.h"
+
+namespace transpose {
+namespace {
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0)
+      GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  }
+
+  std::unique_ptr<Backend> MakeBackend(CudaBackendOptions options = {}) {
+    options.calibration_bytes = 64 << 20;
+    absl::StatusOr<std::vector<std::unique_ptr<Backend>>> backends =
+        CreateCudaBackends(options, metrics_);
+    EXPECT_TRUE(backends.ok()) << backends.status();
+    return backends.ok() ? std::move(backends->front()) : nullptr;
+  }
+
+  // Runs a uint32 job of `shape` with random data; "" when its result is right,
+  // else why not.
+  static std::string RunJob(Backend& backend, const MatrixShape& shape,
+                            absl::Status* status_out) {
+    const TransposeSpec spec{DataType::kUInt32, shape,
+                             kernels::Algorithm::kAuto};
+    absl::StatusOr<std::unique_ptr<TransposeJob>> job =
+        backend.CreateJob(spec, shape.elements() * 4);
+    if (!job.ok()) {
+      *status_out = job.status();
+      return job.status().ToString();
+    }
+    std::vector<uint32_t> input(shape.elements());
+    std::mt19937 rng(static_cast<uint32_t>(shape.elements()));
+    for (uint32_t& v : input) v = rng();
+    std::memcpy((*job)->input().data(), input.data(), input.size() * 4);
+    Notification done;
+    (*job)->Run([&](absl::Status status) {
+      *status_out = status;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    if (!status_out->ok()) return status_out->ToString();
+    const auto* out =
+        reinterpret_cast<const uint32_t*>((*job)->output().data());
+    for (uint64_t b = 0; b < shape.batch; ++b)
+      for (uint64_t r = 0; r < shape.rows; ++r)
+        for (uint64_t c = 0; c < shape.cols; ++c)
+          if (out[(b * shape.cols + c) * shape.rows + r] !=
+              input[(b * shape.rows + r) * shape.cols + c]) {
+            return "wrong result";
+          }
+    return "";
+  }
+
+  prometheus::Registry registry_;
+  Metrics metrics_{registry_, "test"};
+};
+
+TEST_F(CudaBackendTest, ConcurrentJobsOnEveryStreamAreRight) {
+  std::unique_ptr<Backend> backend = MakeBackend();
+  ASSERT_NE(backend, nullptr);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(16);
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      absl::Status status;
+      errors[t] =
+          RunJob(*backend, {1 + t % 3u, 500 + 37u * t, 700 + 13u * t}, &status);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const std::string& error : errors) EXPECT_EQ(error, "");
+}
+
+TEST_F(CudaBackendTest, OutOfDeviceMemoryIsResourceExhaustedAndPasses) {
+  std::unique_ptr<Backend> backend = MakeBackend();
+  ASSERT_NE(backend, nullptr);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  // Leave 1 GiB free, then ask for a job that needs 2 x 768 MiB on the device.
+  void* hog = nullptr;
+  ASSERT_EQ(cudaMalloc(&hog, free - (size_t{1} << 30)), cudaSuccess);
+  absl::Status status;
+  RunJob(*backend, {1, 8192, 24576}, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_TRUE(backend->healthy());
+  cudaFree(hog);
+  EXPECT_EQ(RunJob(*backend, {1, 8192, 24576}, &status), "");
+}
+
+// Last in this file: a sticky fault leaves the process's CUDA context unusable.
+TEST_F(CudaBackendTest, ZZAStickyFaultMarksTheDeviceUnhealthy) {
+  CudaBackendOptions options;
+  options.testing_fault_after_jobs = 1;
+  std::unique_ptr<Backend> backend = MakeBackend(options);
+  ASSERT_NE(backend, nullptr);
+  absl::Status status;
+  EXPECT_EQ(RunJob(*backend, {1, 64, 64}, &status), "");
+  RunJob(*backend, {1, 64, 64}, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_FALSE(backend->healthy());
+  RunJob(*backend, {1, 64, 64}, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
+}  // namespace
+}  // namespace transpose
