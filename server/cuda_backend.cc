@@ -85,6 +85,8 @@ struct Slot {
   cudaEvent_t copied_in = nullptr;
   cudaEvent_t transposed = nullptr;
   cudaEvent_t copied_out = nullptr;
+  // The same, for jobs long enough that the stream thread should sleep on it.
+  cudaEvent_t copied_out_sleeping = nullptr;
   void* device_input = nullptr;
   void* device_output = nullptr;
   size_t capacity = 0;
@@ -221,10 +223,12 @@ absl::Status CudaBackend::Init() {
         CudaStatus(cudaEventCreate(&slot.copied_in), "cudaEventCreate"));
     TRANSPOSE_RETURN_IF_ERROR(
         CudaStatus(cudaEventCreate(&slot.transposed), "cudaEventCreate"));
-    // The stream thread sleeps on this one instead of spinning a core.
-    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
-        cudaEventCreateWithFlags(&slot.copied_out, cudaEventBlockingSync),
-        "cudaEventCreateWithFlags"));
+    TRANSPOSE_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreate(&slot.copied_out), "cudaEventCreate"));
+    TRANSPOSE_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&slot.copied_out_sleeping,
+                                            cudaEventBlockingSync),
+                   "cudaEventCreateWithFlags"));
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -248,8 +252,8 @@ CudaBackend::~CudaBackend() {
     if (slot.stream != nullptr) cudaStreamSynchronize(slot.stream);
     cudaFree(slot.device_input);
     cudaFree(slot.device_output);
-    for (cudaEvent_t event :
-         {slot.start, slot.copied_in, slot.transposed, slot.copied_out}) {
+    for (cudaEvent_t event : {slot.start, slot.copied_in, slot.transposed,
+                              slot.copied_out, slot.copied_out_sleeping}) {
       if (event != nullptr) cudaEventDestroy(event);
     }
     if (slot.stream != nullptr) cudaStreamDestroy(slot.stream);
@@ -400,15 +404,21 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
       Check(cudaMemcpyAsync(host, slot.device_output, bytes,
                             cudaMemcpyDeviceToHost, stream),
             "copy out"));
+  // Small jobs finish in tens of microseconds: spinning on them beats the
+  // wake-up of a sleeping thread. Larger ones let the thread sleep, not spin a
+  // core for milliseconds.
+  constexpr uint64_t kSpinMaxBytes = 1 << 20;
+  cudaEvent_t copied_out =
+      bytes <= kSpinMaxBytes ? slot.copied_out : slot.copied_out_sleeping;
   TRANSPOSE_RETURN_IF_ERROR(
-      Check(cudaEventRecord(slot.copied_out, stream), "record"));
+      Check(cudaEventRecord(copied_out, stream), "record"));
   TRANSPOSE_RETURN_IF_ERROR(
-      Check(cudaEventSynchronize(slot.copied_out), "transpose"));
+      Check(cudaEventSynchronize(copied_out), "transpose"));
 
   stats.backend = info_.name;
   stats.algorithm = std::string(kernels::KernelName(spec.algorithm, args));
   stats.copy_in_seconds = ElapsedMs(slot.start, slot.copied_in) * 1e-3;
-  stats.copy_out_seconds = ElapsedMs(slot.transposed, slot.copied_out) * 1e-3;
+  stats.copy_out_seconds = ElapsedMs(slot.transposed, copied_out) * 1e-3;
   SetKernelTime(ElapsedMs(slot.copied_in, slot.transposed) * 1e-3, bytes,
                 info_.copy_bandwidth_bytes_per_second, stats);
   metrics_.RecordKernel(*series_, stats, bytes);

@@ -59,7 +59,7 @@ ABSL_FLAG(uint64_t, max_matrix_bytes, uint64_t{4} << 30,
 ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,
           "Data bytes per TransposeStream response message.");
 ABSL_FLAG(
-    uint64_t, buffer_pool_bytes, uint64_t{1} << 30,
+    uint64_t, buffer_pool_bytes, uint64_t{4} << 30,
     "Released host buffers (pinned, for GPUs) kept for reuse, per device. "
     "Memory the server keeps between requests, on top of what they hold.");
 ABSL_FLAG(uint64_t, max_inflight_bytes, uint64_t{8} << 30,
