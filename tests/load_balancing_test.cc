@@ -33,9 +33,7 @@ TEST(LoadBalancingTest, RoundRobinSpreadsRequestsOverEveryServer) {
   std::vector<std::string> addresses;
   for (int i = 0; i < 3; ++i) {
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-        ServerProcess::Start(
-            ServerProcess::BinaryFromEnvironment(),
-            {ServerProcess::BackendFlag(), "--log_level=error"});
+        ServerProcess::StartFromEnvironment({});
     ASSERT_TRUE(server.ok()) << server.status();
     addresses.push_back((*server)->address());
     servers.push_back(*std::move(server));
@@ -68,8 +66,7 @@ TEST(LoadBalancingTest, RoundRobinSpreadsRequestsOverEveryServer) {
 
 TEST(LoadBalancingTest, DnsTargetsResolve) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      ServerProcess::Start(ServerProcess::BinaryFromEnvironment(),
-                           {ServerProcess::BackendFlag(), "--log_level=error"});
+      ServerProcess::StartFromEnvironment({});
   ASSERT_TRUE(server.ok()) << server.status();
   ClientOptions options;
   options.target = absl::StrCat("dns:///localhost:", (*server)->port());

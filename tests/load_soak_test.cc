@@ -17,25 +17,15 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "tests/reference_transpose.h"
 #include "tests/server_process.h"
 #include "transpose/v1/transpose.grpc.pb.h"
 
 namespace transpose {
 namespace {
 
+using testing::ReferenceTranspose;
 using testing::ServerProcess;
-
-std::vector<uint8_t> Reference(const std::vector<uint8_t>& in, size_t size,
-                               const MatrixShape& s) {
-  std::vector<uint8_t> out(in.size());
-  for (uint64_t b = 0; b < s.batch; ++b)
-    for (uint64_t r = 0; r < s.rows; ++r)
-      for (uint64_t c = 0; c < s.cols; ++c)
-        for (size_t k = 0; k < size; ++k)
-          out[((b * s.cols + c) * s.rows + r) * size + k] =
-              in[((b * s.rows + r) * s.cols + c) * size + k];
-  return out;
-}
 
 // The server's resident memory, in bytes.
 double ResidentBytes(pid_t pid) {
@@ -53,9 +43,7 @@ double ResidentBytes(pid_t pid) {
 
 std::unique_ptr<ServerProcess> Start() {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      ServerProcess::Start(ServerProcess::BinaryFromEnvironment(),
-                           {ServerProcess::BackendFlag(), "--log_level=error",
-                            "--buffer_pool_bytes=67108864"});
+      ServerProcess::StartFromEnvironment({"--buffer_pool_bytes=67108864"});
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
 }
@@ -90,7 +78,8 @@ TEST(LoadTest, ManyClientsMixedSizesAndTypesAllCorrect) {
         call.force_stream = rng() % 2 == 0;
         absl::StatusOr<TransposeResult> result =
             client->Transpose({dtype, shape, input}, call);
-        if (!result.ok() || result->data != Reference(input, size, shape)) {
+        if (!result.ok() ||
+            result->data != ReferenceTranspose(input, size, shape)) {
           ++errors;
           ADD_FAILURE() << DataTypeName(dtype) << " " << ShapeToString(shape)
                         << ": "

@@ -31,10 +31,8 @@ using Stream =
 constexpr uint64_t kMiB = 1 << 20;
 
 std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
-  args.push_back(ServerProcess::BackendFlag());
-  args.push_back("--log_level=error");
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      ServerProcess::Start(ServerProcess::BinaryFromEnvironment(), args);
+      ServerProcess::StartFromEnvironment(std::move(args));
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
 }

@@ -64,10 +64,8 @@ class SecurityTest : public ::testing::Test {
   }
 
   static std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
-    args.push_back(ServerProcess::BackendFlag());
-    args.push_back("--log_level=error");
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-        ServerProcess::Start(ServerProcess::BinaryFromEnvironment(), args);
+        ServerProcess::StartFromEnvironment(std::move(args));
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? *std::move(server) : nullptr;
   }
@@ -201,8 +199,7 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
         std::vector<std::string>{
             absl::StrCat("--auth_token_file=", Path("missing"))}}) {
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-        ServerProcess::Start(ServerProcess::BinaryFromEnvironment(), args,
-                             absl::Seconds(20));
+        ServerProcess::StartFromEnvironment(args, absl::Seconds(20));
     EXPECT_FALSE(server.ok()) << args[0];
   }
 }

@@ -33,6 +33,13 @@ int PortOf(absl::string_view line) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<ServerProcess>>
+ServerProcess::StartFromEnvironment(std::vector<std::string> args,
+                                    absl::Duration timeout) {
+  args.insert(args.begin(), {BackendFlag(), "--log_level=error"});
+  return Start(BinaryFromEnvironment(), args, timeout);
+}
+
 std::string ServerProcess::BinaryFromEnvironment() {
   const char* binary = std::getenv("TRANSPOSE_SERVER");
   return binary == nullptr ? "transpose_server" : binary;

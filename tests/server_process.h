@@ -23,6 +23,12 @@ class ServerProcess {
       const std::string& binary, const std::vector<std::string>& args,
       absl::Duration timeout = absl::Seconds(60));
 
+  // Starts the server the environment names, on the backend it asks for,
+  // logging errors only, with `args` added.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> StartFromEnvironment(
+      std::vector<std::string> args,
+      absl::Duration timeout = absl::Seconds(60));
+
   // The server binary named by the TRANSPOSE_SERVER environment variable.
   static std::string BinaryFromEnvironment();
   // The --backend the environment asks tests to use (TRANSPOSE_TEST_BACKEND,

@@ -5,9 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
-#include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +14,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/reference_transpose.h"
 #include "tests/reflection_client.h"
 #include "tests/server_process.h"
 #include "transpose/v1/transpose.grpc.pb.h"
@@ -24,41 +23,20 @@ namespace transpose {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::RandomBytes;
+using testing::ReferenceTranspose;
 using testing::ServerProcess;
 
 constexpr uint64_t kUnaryLimit = 1 << 20;
 constexpr uint64_t kMatrixLimit = 64 << 20;
 
-std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
-  std::vector<uint8_t> bytes(n);
-  std::mt19937 rng(seed);
-  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
-  return bytes;
-}
-
-// The definition of the transpose, independent of the server's code.
-std::vector<uint8_t> Reference(const std::vector<uint8_t>& in, size_t size,
-                               const MatrixShape& s) {
-  std::vector<uint8_t> out(in.size());
-  for (uint64_t b = 0; b < s.batch; ++b)
-    for (uint64_t r = 0; r < s.rows; ++r)
-      for (uint64_t c = 0; c < s.cols; ++c)
-        std::memcpy(&out[((b * s.cols + c) * s.rows + r) * size],
-                    &in[((b * s.rows + r) * s.cols + c) * size], size);
-  return out;
-}
-
 class ServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-        ServerProcess::Start(
-            ServerProcess::BinaryFromEnvironment(),
-            {absl::StrCat("--backend=",
-                          ServerProcess::BackendFromEnvironment()),
-             absl::StrCat("--max_message_bytes=", kUnaryLimit),
-             absl::StrCat("--max_matrix_bytes=", kMatrixLimit),
-             "--log_level=error"});
+        ServerProcess::StartFromEnvironment(
+            {absl::StrCat("--max_message_bytes=", kUnaryLimit),
+             absl::StrCat("--max_matrix_bytes=", kMatrixLimit)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
     ClientOptions options;
@@ -92,7 +70,7 @@ class ServiceTest : public ::testing::Test {
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->dtype, dtype);
     EXPECT_EQ(result->shape, shape.Transposed());
-    EXPECT_TRUE(result->data == Reference(input, size, shape))
+    EXPECT_TRUE(result->data == ReferenceTranspose(input, size, shape))
         << DataTypeName(dtype) << " " << ShapeToString(shape);
     EXPECT_EQ(result->stats.backend, GpuBackend() ? "cuda:0" : "cpu");
     EXPECT_GT(result->stats.kernel_seconds, 0);
@@ -304,7 +282,8 @@ TEST_F(ServiceTest, ConcurrentClientsAllGetTheirOwnResults) {
         call.force_stream = (i % 2) == 1;
         absl::StatusOr<TransposeResult> result =
             client_->Transpose({dtype, shape, input}, call);
-        if (!result.ok() || result->data != Reference(input, size, shape)) {
+        if (!result.ok() ||
+            result->data != ReferenceTranspose(input, size, shape)) {
           ++failures;
           ADD_FAILURE() << DataTypeName(dtype) << " " << ShapeToString(shape)
                         << ": "
