@@ -41,12 +41,22 @@ Fakes MakeEngine(int n, EngineOptions options = {}) {
   return fakes;
 }
 
+// Runs `job` and waits for it; its status.
+absl::Status RunAndWait(TransposeJob& job) {
+  Notification done;
+  absl::Status result;
+  job.Run([&](absl::Status status) {
+    result = status;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
 std::string BackendOf(Engine& engine, const TransposeSpec& spec = kSpec) {
   absl::StatusOr<std::unique_ptr<TransposeJob>> job = engine.CreateJob(spec);
   if (!job.ok()) return job.status().ToString();
-  Notification done;
-  (*job)->Run([&](absl::Status) { done.Notify(); });
-  done.WaitForNotification();
+  RunAndWait(**job).IgnoreError();
   return (*job)->stats().backend;
 }
 
@@ -133,13 +143,7 @@ TEST(EngineTest, CpuBackendTransposesAndRecordsMetrics) {
     std::mt19937 rng(3);
     for (int32_t& v : input) v = static_cast<int32_t>(rng());
     std::memcpy((*job)->input().data(), input.data(), (*job)->input().size());
-    Notification done;
-    absl::Status result;
-    (*job)->Run([&](absl::Status status) {
-      result = status;
-      done.Notify();
-    });
-    done.WaitForNotification();
+    absl::Status result = RunAndWait(**job);
     ASSERT_TRUE(result.ok()) << result;
     const auto* output =
         reinterpret_cast<const int32_t*>((*job)->output().data());
@@ -218,13 +222,7 @@ TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
     offset += n;
     (*job)->InputAdvanced(offset);
   }
-  Notification done;
-  absl::Status result;
-  (*job)->Run([&](absl::Status status) {
-    result = status;
-    done.Notify();
-  });
-  done.WaitForNotification();
+  absl::Status result = RunAndWait(**job);
   ASSERT_TRUE(result.ok()) << result;
   std::vector<uint16_t> output(input.size());
   std::memcpy(output.data(), (*job)->output().data(), input.size() * 2);
