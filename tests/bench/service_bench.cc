@@ -98,9 +98,11 @@ Endpoint Launch(const std::string& name, const std::string& binary,
   return endpoint;
 }
 
-// Seconds for one transpose of `input` through `endpoint`.
+// Seconds for one transpose of `input` through `endpoint`; the server's stats
+// of it go to `stats_out` if given.
 double TimeOne(Endpoint& endpoint, const MatrixView& input,
-               std::vector<uint8_t>& output) {
+               std::vector<uint8_t>& output,
+               TransposeStats* stats_out = nullptr) {
   const absl::Time start = absl::Now();
   absl::StatusOr<TransposeStats> stats =
       endpoint.client->TransposeInto(input, absl::MakeSpan(output));
@@ -110,6 +112,7 @@ double TimeOne(Endpoint& endpoint, const MatrixView& input,
                  stats.status().ToString().c_str());
     std::exit(1);
   }
+  if (stats_out != nullptr) *stats_out = *stats;
   return seconds;
 }
 
@@ -228,14 +231,22 @@ int Run() {
     std::vector<uint8_t> output(data.size());
     const MatrixView input{DataType::kFloat32, shape, data};
     std::vector<double> service_s, echo_s;
+    // Where a service call's time goes, as the server reports it.
+    std::vector<double> engine_s, queue_s, device_s;
     for (int i = 0; i < 200; ++i) {
       TimeOne(service, input, output);
       TimeOne(echo, input, output);
     }
     const int calls = absl::GetFlag(FLAGS_small_calls);
     for (int block = 0; block < calls / 100; ++block) {
-      for (int i = 0; i < 100; ++i)
-        service_s.push_back(TimeOne(service, input, output));
+      for (int i = 0; i < 100; ++i) {
+        TransposeStats stats;
+        service_s.push_back(TimeOne(service, input, output, &stats));
+        engine_s.push_back(stats.total_seconds);
+        queue_s.push_back(stats.queue_seconds);
+        device_s.push_back(stats.copy_in_seconds + stats.kernel_seconds +
+                           stats.copy_out_seconds);
+      }
       for (int i = 0; i < 100; ++i)
         echo_s.push_back(TimeOne(echo, input, output));
     }
@@ -250,6 +261,11 @@ int Run() {
                                       "{\"service\": %.2f, \"echo\": %.2f},\n",
                                       100 * p, a * 1e6, b * 1e6));
     }
+    std::printf(
+        "| float32 64x64 unary, p50 in the server's job (µs): all / queued / "
+        "copies and kernel | %.1f / %.1f / %.1f | | | |\n",
+        Percentile(engine_s, 0.5) * 1e6, Percentile(queue_s, 0.5) * 1e6,
+        Percentile(device_s, 0.5) * 1e6);
     const int callers = absl::GetFlag(FLAGS_concurrency);
     const absl::Duration duration = absl::GetFlag(FLAGS_concurrent_duration);
     const double service_rate =
