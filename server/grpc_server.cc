@@ -103,8 +103,8 @@ void GrpcServer::SetServing(bool serving) {
   health->SetServingStatus(service_name_, serving);
 }
 
-void GrpcServer::Shutdown(absl::Duration drain) {
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + drain));
+void GrpcServer::Shutdown(absl::Time deadline) {
+  server_->Shutdown(absl::ToChronoTime(deadline));
   server_->Wait();
 }
 

@@ -48,8 +48,8 @@ class GrpcServer {
   void SetServing(bool serving);
 
   // Stops taking calls (new ones get UNAVAILABLE), lets running calls finish
-  // for up to `drain`, cancels the rest, and returns when all are gone.
-  void Shutdown(absl::Duration drain);
+  // until `deadline`, cancels the rest, and returns when all are gone.
+  void Shutdown(absl::Time deadline);
 
  private:
   GrpcServer(std::unique_ptr<grpc::Server> server, std::string host, int port,

@@ -296,9 +296,14 @@ int Run() {
       absl::FormatDuration(unready), absl::FormatDuration(drain));
   // Load balancers and health-checking clients move away while calls are
   // still taken; then new calls get UNAVAILABLE and running ones may finish.
+  // The service refuses them itself until none runs: a call that races the
+  // transport's shutdown can end CANCELLED, which clients do not retry.
   (*server)->SetServing(false);
   absl::SleepFor(unready);
-  (*server)->Shutdown(drain);
+  const absl::Time deadline = absl::Now() + drain;
+  service.calls().Close();
+  service.calls().AwaitNoCalls(deadline);
+  (*server)->Shutdown(deadline);
   Log(LogLevel::kInfo, "stopped");
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "proto/convert.h"
 #include "proto/wire.h"
 #include "server/core/log.h"
+#include "server/core/status_macros.h"
 #include "server/request_assembler.h"
 
 namespace transpose {
@@ -19,19 +20,31 @@ namespace {
 // duration and, when it failed, a log line.
 class RpcScope {
  public:
-  RpcScope(Metrics& metrics, RpcMethod method,
+  RpcScope(Metrics& metrics, CallGate& calls, RpcMethod method,
            grpc::CallbackServerContext& context)
       : metrics_(metrics),
+        calls_(calls),
+        entered_(calls.TryEnter()),
         method_(method),
         peer_(context.peer()),
         start_(absl::Now()) {
     metrics_.inflight_requests().Increment();
   }
 
+  // OK if the caller may make this call: it is allowed in and the server is
+  // not draining.
+  absl::Status Admit(const AccessControl& access,
+                     const grpc::ServerContextBase& context) const {
+    TRANSPOSE_RETURN_IF_ERROR(access.Check(context));
+    if (!entered_) return absl::UnavailableError("the server is shutting down");
+    return absl::OkStatus();
+  }
+
   // Returns the status to hand to gRPC.
   grpc::Status Finish(const absl::Status& status) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
     metrics_.inflight_requests().Decrement();
+    if (entered_) calls_.Leave();
     metrics_.RecordRequest(method_, status.code(), seconds);
     if (!status.ok()) {
       Log(LogLevel::kWarning, "%s from %s failed after %.6fs: %s: %s",
@@ -46,6 +59,8 @@ class RpcScope {
 
  private:
   Metrics& metrics_;
+  CallGate& calls_;
+  const bool entered_;
   const RpcMethod method_;
   const std::string peer_;
   const absl::Time start_;
@@ -83,9 +98,9 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
     grpc::CallbackServerContext* context, const v1::TransposeRequest* request,
     v1::TransposeResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto scope =
-      std::make_unique<RpcScope>(metrics_, RpcMethod::kTranspose, *context);
-  if (absl::Status allowed = access_.Check(*context); !allowed.ok()) {
+  auto scope = std::make_unique<RpcScope>(metrics_, calls_,
+                                          RpcMethod::kTranspose, *context);
+  if (absl::Status allowed = scope->Admit(access_, *context); !allowed.ok()) {
     reactor->Finish(scope->Finish(allowed));
     return reactor;
   }
@@ -128,11 +143,13 @@ class TransposeService::StreamCall final
  public:
   StreamCall(TransposeService& service, grpc::CallbackServerContext& context)
       : service_(service),
-        scope_(service.metrics_, RpcMethod::kTransposeStream, context),
+        scope_(service.metrics_, service.calls_, RpcMethod::kTransposeStream,
+               context),
         assembler_([this](const TransposeSpec& spec) {
           return service_.engine_.CreateJob(spec);
         }) {
-    if (absl::Status allowed = service.access_.Check(context); !allowed.ok()) {
+    if (absl::Status allowed = scope_.Admit(service.access_, context);
+        !allowed.ok()) {
       std::lock_guard<std::mutex> lock(mutex_);
       FinishLocked(allowed);
       return;
@@ -265,9 +282,9 @@ TransposeService::TransposeStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
     grpc::CallbackServerContext* context, const v1::GetServerInfoRequest*,
     v1::ServerInfo* response) {
-  RpcScope scope(metrics_, RpcMethod::kGetServerInfo, *context);
+  RpcScope scope(metrics_, calls_, RpcMethod::kGetServerInfo, *context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status allowed = access_.Check(*context); !allowed.ok()) {
+  if (absl::Status allowed = scope.Admit(access_, *context); !allowed.ok()) {
     reactor->Finish(scope.Finish(allowed));
     return reactor;
   }

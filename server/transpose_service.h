@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/access_control.h"
+#include "server/core/call_gate.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/request_assembler.h"
@@ -59,6 +60,8 @@ class TransposeService final : public TransposeServiceBase {
       v1::ServerInfo* response) override;
 
   const ServiceOptions& options() const { return options_; }
+  // The calls running; closing it makes new calls UNAVAILABLE (the drain).
+  CallGate& calls() { return calls_; }
 
  private:
   class StreamCall;
@@ -67,6 +70,7 @@ class TransposeService final : public TransposeServiceBase {
   Metrics& metrics_;
   const AccessControl& access_;
   const ServiceOptions options_;
+  CallGate calls_;
 };
 
 }  // namespace transpose

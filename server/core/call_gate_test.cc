@@ -1,0 +1,38 @@
+#include "server/core/call_gate.h"
+
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace transpose {
+namespace {
+
+TEST(CallGateTest, ClosingRefusesNewCallsAndLetsRunningOnesFinish) {
+  CallGate gate;
+  ASSERT_TRUE(gate.TryEnter());
+  ASSERT_TRUE(gate.TryEnter());
+  gate.Close();
+  EXPECT_FALSE(gate.TryEnter());
+  EXPECT_FALSE(gate.AwaitNoCalls(absl::Now() + absl::Milliseconds(20)));
+
+  std::thread finisher([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    gate.Leave();
+    gate.Leave();
+  });
+  EXPECT_TRUE(gate.AwaitNoCalls(absl::Now() + absl::Seconds(30)));
+  finisher.join();
+  EXPECT_FALSE(gate.TryEnter());
+}
+
+TEST(CallGateTest, AnIdleGateIsAtOnceEmptyEvenPastTheDeadline) {
+  CallGate gate;
+  EXPECT_TRUE(gate.AwaitNoCalls(absl::Now() - absl::Seconds(1)));
+  ASSERT_TRUE(gate.TryEnter());
+  gate.Leave();
+  EXPECT_TRUE(gate.AwaitNoCalls(absl::Now()));
+}
+
+}  // namespace
+}  // namespace transpose
