@@ -24,6 +24,9 @@ enum class Kernel : int {
   // 4 x 4 byte blocks transposed in registers (1-byte elements); needs
   // CanUseWords.
   kWord,
+  // Output windows shifted per row to start on 32-byte sectors, for output
+  // rows that are not sector-aligned (4- and 8-byte elements); needs CanSkew.
+  kSkewed,
 };
 
 // Whether kVector can run `args`: rows and columns whose byte lengths are
@@ -32,6 +35,8 @@ bool CanVectorize(const TransposeArgs& args);
 // Whether kWord can run `args`: 1-byte elements, rows and columns multiples of
 // 4, 4-byte aligned buffers.
 bool CanUseWords(const TransposeArgs& args);
+// Whether kSkewed can run `args`: 4- or 8-byte elements.
+bool CanSkew(const TransposeArgs& args);
 
 // Dynamic shared memory `kernel` needs per block for `element_size`-byte
 // elements.

@@ -20,12 +20,19 @@ double FullTileFraction(const TransposeArgs& args, uint64_t tile_rows,
          (static_cast<double>(args.rows) * static_cast<double>(args.cols));
 }
 
+// Whether every output row starts on a 32-byte sector (given an aligned
+// output buffer, as the engine's are).
+bool OutputRowsSectorAligned(const TransposeArgs& args) {
+  return args.rows * args.element_size % 32 == 0;
+}
+
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): the word
 // kernel for bytes, the vector kernel for 2- and 16-byte elements where its
 // 16-byte accesses are possible and its larger tiles are mostly full (a batch
-// of 64 x 64 2-byte matrices would leave its 64 x 128 tiles half empty), the
-// padded 64 x 64 tile with 64 x 8 threads otherwise, which is as fast as any
-// for 4- and 8-byte elements.
+// of 64 x 64 2-byte matrices would leave its 64 x 128 tiles half empty); for
+// 4- and 8-byte elements whose output rows are not sector-aligned, the skewed
+// kernel; the padded 64 x 64 tile with 64 x 8 threads otherwise, which is as
+// fast as any for 4- and 8-byte elements.
 Kernel AutoKernel(const TransposeArgs& args) {
   switch (args.element_size) {
     case 1:
@@ -38,7 +45,8 @@ Kernel AutoKernel(const TransposeArgs& args) {
     case 16:
       return internal::CanVectorize(args) ? Kernel::kVector : Kernel::kPadded32;
     default:
-      return Kernel::kPadded64x8;
+      return OutputRowsSectorAligned(args) ? Kernel::kPadded64x8
+                                           : Kernel::kSkewed;
   }
 }
 
@@ -76,6 +84,8 @@ absl::string_view NameOf(Kernel kernel) {
       return "vector";
     case Kernel::kWord:
       return "word";
+    case Kernel::kSkewed:
+      return "skewed";
   }
   return "unknown";
 }
@@ -91,7 +101,7 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
 absl::Span<const absl::string_view> AllKernelNames() {
   static constexpr absl::string_view kNames[] = {
       "naive",       "shared", "padded_32", "padded_64",
-      "padded_64x8", "vector", "word"};
+      "padded_64x8", "vector", "word",      "skewed"};
   return kNames;
 }
 

@@ -157,7 +157,8 @@ TEST_P(GpuInternalKernelTest, MatchesCpuReference) {
                             reinterpret_cast<void*>(256),
                             reinterpret_cast<void*>(uintptr_t{1} << 40)};
   if ((kernel == internal::Kernel::kVector && !internal::CanVectorize(probe)) ||
-      (kernel == internal::Kernel::kWord && !internal::CanUseWords(probe))) {
+      (kernel == internal::Kernel::kWord && !internal::CanUseWords(probe)) ||
+      (kernel == internal::Kernel::kSkewed && !internal::CanSkew(probe))) {
     GTEST_SKIP() << "this kernel does not take this shape";
   }
   EXPECT_EQ(RunAndCompare(kernel, element_size, shape), "");
@@ -166,20 +167,29 @@ TEST_P(GpuInternalKernelTest, MatchesCpuReference) {
 std::string InternalCaseName(
     const ::testing::TestParamInfo<InternalCase>& info) {
   const auto& [kernel, element_size, shape] = info.param;
-  return absl::StrCat(kernel == internal::Kernel::kVector ? "vector" : "word",
-                      "_", element_size, "B_", shape.batch, "x", shape.rows,
-                      "x", shape.cols);
+  const char* name = kernel == internal::Kernel::kVector   ? "vector"
+                     : kernel == internal::Kernel::kWord   ? "word"
+                     : kernel == internal::Kernel::kSkewed ? "skewed"
+                                                           : "padded64x8";
+  return absl::StrCat(name, "_", element_size, "B_", shape.batch, "x",
+                      shape.rows, "x", shape.cols);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     ProductionKernels, GpuInternalKernelTest,
     ::testing::Combine(::testing::Values(internal::Kernel::kVector,
-                                         internal::Kernel::kWord),
+                                         internal::Kernel::kWord,
+                                         internal::Kernel::kSkewed,
+                                         internal::Kernel::kPadded64x8),
                        ::testing::Values(1, 2, 4, 8, 16),
                        ::testing::Values(Shape{1, 64, 64}, Shape{1, 1000, 1000},
                                          Shape{3, 72, 136}, Shape{1, 16, 4096},
                                          Shape{1, 4096, 16}, Shape{2, 200, 8},
-                                         Shape{70000, 8, 8})),
+                                         Shape{70000, 8, 8}, Shape{1, 1, 1},
+                                         Shape{1, 1, 1000}, Shape{1, 1000, 1},
+                                         Shape{1, 31, 33}, Shape{3, 65, 129},
+                                         Shape{1, 4097, 4099},
+                                         Shape{2, 129, 4095})),
     InternalCaseName);
 
 // 2^31 + 2^20 one-byte elements: offsets past 32 bits.
@@ -190,6 +200,10 @@ TEST(GpuTransposeLargeTest, PastTwoToThe31Elements) {
               "")
         << AlgorithmName(algorithm);
   }
+  // Odd rows: the skewed kernel's shifted windows, past 2^31 elements.
+  EXPECT_EQ(RunAndCompare(internal::Kernel::kSkewed, 4,
+                          Shape{1, (1u << 15) + 33, 1u << 16}),
+            "");
 }
 
 }  // namespace
