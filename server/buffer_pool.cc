@@ -14,6 +14,13 @@ namespace {
 
 constexpr size_t kPage = 4096;
 
+// From this size on, buffers are advised onto transparent huge pages: the CPU
+// transpose writes each output line into a different 4 KiB page, so with small
+// pages nearly every store misses the TLB (float32 8192² on the 2-core CI
+// machine: 43-74% of memcpy with 4 KiB pages, 67-87% with huge pages;
+// docs/BENCHMARKS.md).
+constexpr size_t kHugePageMinBytes = size_t{8} << 20;
+
 // Rounds up to a size class: whole pages below 64 KiB, then four classes per
 // power of two, so buffers are reused across nearby sizes and waste at most a
 // quarter.
@@ -35,6 +42,10 @@ class HostAllocator final : public MemoryAllocator {
     if (data == MAP_FAILED) {
       return absl::ResourceExhaustedError(
           absl::StrFormat("out of host memory allocating %d bytes", bytes));
+    }
+    // Advice only: where THP is off, the pages stay small.
+    if (bytes >= kHugePageMinBytes) {
+      madvise(data, RoundToPages(bytes), MADV_HUGEPAGE);
     }
     return data;
   }
