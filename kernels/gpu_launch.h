@@ -29,6 +29,14 @@ enum class Kernel : int {
   kSkewed,
 };
 
+// Every kernel, in the order tables list them.
+inline constexpr Kernel kAllKernels[] = {
+    Kernel::kNaive,      Kernel::kShared, Kernel::kPadded32, Kernel::kPadded64,
+    Kernel::kPadded64x8, Kernel::kVector, Kernel::kWord,     Kernel::kSkewed};
+
+// The kernel's name, as metrics label it ("padded_64x8").
+const char* KernelNameOf(Kernel kernel);
+
 // Whether kVector can run `args`: rows and columns whose byte lengths are
 // multiples of 16, and 16-byte aligned buffers.
 bool CanVectorize(const TransposeArgs& args);

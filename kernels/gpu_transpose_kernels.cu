@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(NT)
 // For shapes whose output rows do not start on 32-byte sector boundaries
 // (12345 x 6789, say): square tiles would begin and end every output row
 // segment in a partial sector, and partial-sector writes cost far more than
-// their bytes (the padded tile ran at 65% of memcpy on the H200 there). Here a
+// their bytes (on the H200 the padded tile ran at 65% of memcpy there in
+// row-major tile order, 84% in column-major order; this kernel 100%). Here a
 // block covers 64 input columns and, for each output row j, a window of TR
 // output elements that starts on a sector boundary: the windows down a tile
 // column are shifted per output row by that row's misalignment, so the block

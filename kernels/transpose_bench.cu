@@ -19,7 +19,6 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "kernels/gpu_launch.h"
@@ -142,17 +141,6 @@ float Time(const std::function<void()>& launch) {
   return ms[ms.size() / 2];
 }
 
-using internal::Kernel;
-constexpr std::pair<const char*, Kernel> kKernels[] = {
-    {"naive", Kernel::kNaive},
-    {"shared", Kernel::kShared},
-    {"padded_32", Kernel::kPadded32},
-    {"padded_64", Kernel::kPadded64},
-    {"padded_64x8", Kernel::kPadded64x8},
-    {"vector", Kernel::kVector},
-    {"word", Kernel::kWord},
-    {"skewed", Kernel::kSkewed}};
-
 int Run(const char* json_path, bool quick) {
   std::vector<Case> cases;
   for (uint64_t n : {4096, 8192, 16384}) {
@@ -170,6 +158,14 @@ int Run(const char* json_path, bool quick) {
     cases.push_back({"4096x(64x64)", size, 4096, 64, 64});
     cases.push_back({"16x(2048x2048)", size, 16, 2048, 2048});
   }
+  // Batches of odd matrices, small and middling: where AUTO switches from
+  // the padded tile to the skewed kernel.
+  for (uint64_t n : {63, 127, 255, 511}) {
+    const uint64_t batch = (32 << 20) / (4 * n * (n + 2));
+    cases.push_back({std::to_string(batch) + "x(" + std::to_string(n) + "x" +
+                         std::to_string(n + 2) + ")",
+                     4, batch, n, n + 2});
+  }
 
   Cublas cublas;
   cudaDeviceProp properties;
@@ -182,7 +178,9 @@ int Run(const char* json_path, bool quick) {
       properties.l2CacheSize / 1e6, reps);
   // The order results are measured in: memcpy, each kernel, cuBLAS, AUTO.
   std::vector<std::string> columns = {"memcpy"};
-  for (const auto& [name, kernel] : kKernels) columns.push_back(name);
+  for (internal::Kernel kernel : internal::kAllKernels) {
+    columns.push_back(internal::KernelNameOf(kernel));
+  }
   columns.push_back("cublas_geam");
   columns.push_back("AUTO");
   std::printf("| case | bytes |");
@@ -230,8 +228,8 @@ int Run(const char* json_path, bool quick) {
       result.correct = wrong == 0;
       results.push_back(result);
     };
-    for (const auto& [name, kernel] : kKernels) {
-      measure(name, [&, kernel = kernel] {
+    for (internal::Kernel kernel : internal::kAllKernels) {
+      measure(internal::KernelNameOf(kernel), [&, kernel] {
         if (internal::SharedMemoryBytes(kernel, c.size) >
             properties.sharedMemPerBlockOptin) {
           return false;

@@ -43,7 +43,9 @@ class HostAllocator final : public MemoryAllocator {
       return absl::ResourceExhaustedError(
           absl::StrFormat("out of host memory allocating %d bytes", bytes));
     }
-    // Advice only: where THP is off, the pages stay small.
+    // Advice only: where THP is off, the pages stay small. With THP's defrag
+    // on "madvise", the first touch of a new buffer may compact memory; the
+    // pool keeps buffers, so that is paid once per buffer, not per request.
     if (bytes >= kHugePageMinBytes) {
       madvise(data, RoundToPages(bytes), MADV_HUGEPAGE);
     }
