@@ -241,7 +241,8 @@ absl::Status CudaBackend::Init() {
   series_ = metrics_.AddBackend(info_.name, info_.kernel_names);
   series_->peak_bandwidth->Set(info_.copy_bandwidth_bytes_per_second);
   workers_ = std::make_unique<WorkerPool>(
-      info_.streams, [device = device_](int) { cudaSetDevice(device); });
+      info_.streams, [device = device_](int) { cudaSetDevice(device); },
+      options_.stream_thread_spin);
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/backend.h"
 #include "server/metrics.h"
 
@@ -28,6 +29,10 @@ struct CudaBackendOptions {
   int testing_fault_after_jobs = 0;
   // Released pinned host buffers kept for reuse, per GPU.
   size_t max_idle_pinned_bytes = size_t{4} << 30;
+  // How long an idle stream thread polls for the next job before it sleeps
+  // (WorkerPool): longer than the gap between one client's back-to-back small
+  // requests.
+  absl::Duration stream_thread_spin = absl::Microseconds(500);
 };
 
 // GPUs visible to this process; 0 without a driver or device, or in a build

@@ -1,12 +1,23 @@
 #include "server/worker_pool.h"
 
+#include <chrono>
 #include <utility>
 
 namespace transpose {
+namespace {
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
 
 WorkerPool::WorkerPool(int threads,
-                       absl::AnyInvocable<void(int) const> on_thread_start)
-    : on_thread_start_(std::move(on_thread_start)) {
+                       absl::AnyInvocable<void(int) const> on_thread_start,
+                       absl::Duration spin)
+    : on_thread_start_(std::move(on_thread_start)), spin_(spin) {
   threads_.reserve(threads);
   for (int i = 0; i < threads; ++i)
     threads_.emplace_back([this, i] { Loop(i); });
@@ -25,18 +36,28 @@ void WorkerPool::Schedule(absl::AnyInvocable<void() &&> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     tasks_.push_back(std::move(task));
+    queued_.fetch_add(1, std::memory_order_release);
   }
-  ready_.notify_one();
+  // A spinning thread takes the task, or, if its spin has just ended, finds it
+  // under the mutex before it sleeps: no wake-up is lost by skipping this one.
+  if (!spinning_.load(std::memory_order_acquire)) ready_.notify_one();
 }
 
-size_t WorkerPool::queued() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return tasks_.size();
+void WorkerPool::SpinForWork() {
+  if (spinning_.exchange(true, std::memory_order_acq_rel)) return;
+  const auto deadline =
+      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin_);
+  while (queued_.load(std::memory_order_acquire) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    CpuRelax();
+  }
+  spinning_.store(false, std::memory_order_release);
 }
 
 void WorkerPool::Loop(int index) {
   if (on_thread_start_) on_thread_start_(index);
   while (true) {
+    if (spin_ > absl::ZeroDuration()) SpinForWork();
     absl::AnyInvocable<void() &&> task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -44,6 +65,10 @@ void WorkerPool::Loop(int index) {
       if (tasks_.empty()) return;  // Stopping and drained.
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_release);
+      // Schedule skips the wake-up while a thread spins; pass it on, so that
+      // tasks queued behind this one do not wait for it.
+      if (!tasks_.empty()) ready_.notify_one();
     }
     std::move(task)();
   }

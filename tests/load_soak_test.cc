@@ -172,8 +172,11 @@ TEST(SoakTest, MemoryStaysFlatThroughRequestsCancellationsAndBadInput) {
   };
 
   // Warm-up: the buffer pools fill up to their cap (64 MiB here), allocator
-  // arenas settle.
-  round(150);
+  // arenas settle. With the CUDA backend on the H200, resident memory was
+  // still climbing for about 4000 requests (e.g. 328 MiB after 1200, then
+  // 416 and 415 after 2800 and 4400, 430-476 from then on): a shorter warm-up
+  // put part of that climb inside the comparison.
+  round(450);
   const uint64_t warm_requests = ok + cancelled + rejected + unexpected;
   const double warm = ResidentBytes(server->pid());
   // Rounds of 1600 requests after it; TRANSPOSE_SOAK_ROUNDS makes the soak
