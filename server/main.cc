@@ -27,6 +27,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/core/files.h"
+#include "server/core/heap.h"
 #include "server/core/log.h"
 #include "server/core/notification.h"
 #include "server/core/status_macros.h"
@@ -328,6 +329,7 @@ int Run() {
 }  // namespace transpose
 
 int main(int argc, char** argv) {
+  transpose::RetainFreedHeapMemory();
   // --help lists this file's flags (the library's own, e.g. absl's, stay under
   // --helpfull).
   absl::FlagsUsageConfig usage;

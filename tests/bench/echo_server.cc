@@ -18,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "server/core/heap.h"
 #include "server/core/notification.h"
 #include "transpose/v1/transpose.grpc.pb.h"
 
@@ -154,6 +155,9 @@ class EchoService final : public v1::TransposeService::CallbackService {
 }  // namespace transpose
 
 int main(int argc, char** argv) {
+  // The same heap settings as transpose_server: the comparison is about the
+  // transpose, not the allocator.
+  transpose::RetainFreedHeapMemory();
   absl::ParseCommandLine(argc, argv);
   transpose::EchoService service;
   grpc::ServerBuilder builder;

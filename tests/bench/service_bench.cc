@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "server/core/heap.h"
 #include "tests/server_process.h"
 
 ABSL_FLAG(std::string, server_binary, "",
@@ -290,6 +291,7 @@ int Run() {
 }  // namespace transpose
 
 int main(int argc, char** argv) {
+  transpose::RetainFreedHeapMemory();
   absl::ParseCommandLine(argc, argv);
   return transpose::Run();
 }

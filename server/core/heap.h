@@ -1,0 +1,23 @@
+// Process-wide heap settings for programs that move large messages.
+#ifndef TRANSPOSE_SERVER_CORE_HEAP_H_
+#define TRANSPOSE_SERVER_CORE_HEAP_H_
+
+#include <cstddef>
+
+namespace transpose {
+
+// gRPC allocates a read buffer of up to a few MiB for every socket read and
+// frees it once the message is parsed. With glibc's defaults such blocks are
+// mmapped, or trimmed off the heap when freed, so the next read page-faults and
+// zeroes them again: on the 2-core machine that was 13,000 page faults and
+// about 40% of the server's CPU per 64 MiB request (docs/BENCHMARKS.md). This
+// keeps blocks under 32 MiB on the heap and up to `retain_bytes` of free memory
+// per malloc arena, so resident memory stays at its high-water mark instead of
+// being handed back and faulted in again. Call first thing in main, in
+// programs (not libraries). Returns false where the allocator ignores it
+// (sanitizer builds).
+bool RetainFreedHeapMemory(size_t retain_bytes = size_t{64} << 20);
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_CORE_HEAP_H_
