@@ -19,8 +19,8 @@ constexpr uint64_t kParallelMinBytes = 1 << 20;
 
 namespace internal {
 void TransposePortable(const TransposeArgs& args, const RowRange& range,
-                       int threads) {
-  TransposeBySize<ScalarMicro>(args, range, threads);
+                       int threads, absl::Span<const InputPiece> pieces) {
+  TransposeBySize<ScalarMicro>(args, range, threads, pieces);
 }
 }  // namespace internal
 
@@ -31,13 +31,29 @@ int CpuThreads(int max_threads) {
 
 namespace {
 
-void Dispatch(const TransposeArgs& args, const RowRange& range, int threads) {
+void Dispatch(const TransposeArgs& args, const RowRange& range, int threads,
+              absl::Span<const InputPiece> pieces = {}) {
   static const bool avx2 = internal::HaveAvx2();
   if (avx2) {
-    internal::TransposeAvx2(args, range, threads);
+    internal::TransposeAvx2(args, range, threads, pieces);
   } else {
-    internal::TransposePortable(args, range, threads);
+    internal::TransposePortable(args, range, threads, pieces);
   }
+}
+
+absl::Status CheckRowRange(const TransposeArgs& args, const RowRange& range) {
+  const uint64_t total = args.batch * args.rows;
+  auto on_granule = [&](uint64_t row) {
+    return row == total || row % args.rows == 0 ||
+           row % args.rows % kCpuRowGranule == 0;
+  };
+  if (range.first >= range.last || range.last > total ||
+      !on_granule(range.first) || !on_granule(range.last)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "row range [%d, %d) of %d rows is empty or off the %d-row granule",
+        range.first, range.last, total, kCpuRowGranule));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -53,18 +69,50 @@ absl::Status TransposeOnCpu(const TransposeArgs& args, int max_threads) {
 absl::Status TransposeRowsOnCpu(const TransposeArgs& args,
                                 const RowRange& range) {
   if (absl::Status status = CheckArgs(args); !status.ok()) return status;
-  const uint64_t total = args.batch * args.rows;
-  auto on_granule = [&](uint64_t row) {
-    return row == total || row % args.rows == 0 ||
-           row % args.rows % kCpuRowGranule == 0;
-  };
-  if (range.first >= range.last || range.last > total ||
-      !on_granule(range.first) || !on_granule(range.last)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "row range [%d, %d) of %d rows is empty or off the %d-row granule",
-        range.first, range.last, total, kCpuRowGranule));
+  if (absl::Status status = CheckRowRange(args, range); !status.ok()) {
+    return status;
   }
   Dispatch(args, range, 1);
+  return absl::OkStatus();
+}
+
+bool CanTransposeFromPieces(const TransposeArgs& args) {
+  if (!CheckShape(args).ok()) return false;
+  const uint64_t line_elements = 64 / args.element_size;
+  return args.rows % line_elements == 0 && args.cols % line_elements == 0;
+}
+
+absl::Status TransposeRowsFromPiecesOnCpu(const TransposeArgs& args,
+                                          const RowRange& range,
+                                          absl::Span<const InputPiece> pieces) {
+  if (absl::Status status = CheckShape(args); !status.ok()) return status;
+  if (!CanTransposeFromPieces(args)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a %dx%d matrix of %d-byte elements has edge blocks: transpose it "
+        "from one buffer",
+        args.rows, args.cols, args.element_size));
+  }
+  if (args.output == nullptr) {
+    return absl::InvalidArgumentError("null output buffer");
+  }
+  if (absl::Status status = CheckRowRange(args, range); !status.ok()) {
+    return status;
+  }
+  const uint64_t row_bytes = args.cols * args.element_size;
+  const uint64_t begin = range.first * row_bytes;
+  const uint64_t end = range.last * row_bytes;
+  bool covered = !pieces.empty() && pieces.front().offset <= begin;
+  for (size_t i = 0; covered && i < pieces.size(); ++i) {
+    covered = (pieces[i].size == 0 || pieces[i].data != nullptr) &&
+              (i == 0 ||
+               pieces[i].offset == pieces[i - 1].offset + pieces[i - 1].size);
+  }
+  if (!covered || pieces.back().offset + pieces.back().size < end) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the input pieces do not cover bytes [%d, %d) without gaps", begin,
+        end));
+  }
+  Dispatch(args, range, 1, pieces);
   return absl::OkStatus();
 }
 

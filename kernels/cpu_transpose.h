@@ -3,7 +3,10 @@
 #ifndef TRANSPOSE_KERNELS_CPU_TRANSPOSE_H_
 #define TRANSPOSE_KERNELS_CPU_TRANSPOSE_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "kernels/transpose_args.h"
 
 namespace transpose::kernels {
@@ -30,6 +33,28 @@ struct RowRange {
 // bad args or a range off the granule.
 absl::Status TransposeRowsOnCpu(const TransposeArgs& args,
                                 const RowRange& range);
+
+// Input bytes [offset, offset + size) of a matrix (or batch), held at `data`
+// rather than in one buffer with the rest: how a transport delivers a message.
+struct InputPiece {
+  uint64_t offset = 0;
+  const void* data = nullptr;
+  uint64_t size = 0;
+};
+
+// Whether TransposeRowsFromPiecesOnCpu takes this shape: rows and columns are
+// multiples of a cache line's worth of elements (64 bytes), so the transpose
+// has no edge blocks and reads every input line whole.
+bool CanTransposeFromPieces(const TransposeArgs& args);
+
+// As TransposeRowsOnCpu, but the input comes from `pieces` (sorted by offset,
+// without gaps, covering at least the range's bytes) and args.input is
+// ignored: the transpose reads the data where the transport left it instead of
+// after a copy into one buffer. INVALID_ARGUMENT for a shape it does not take,
+// a range off the granule or pieces that do not cover it.
+absl::Status TransposeRowsFromPiecesOnCpu(const TransposeArgs& args,
+                                          const RowRange& range,
+                                          absl::Span<const InputPiece> pieces);
 
 // Host memcpy of `bytes` split over the same threads TransposeOnCpu would use:
 // the CPU backend's ceiling, measured at start-up like a GPU's device-to-device

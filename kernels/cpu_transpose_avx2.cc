@@ -185,8 +185,8 @@ struct Avx2Micro<Element16> : Avx2Lines {
 bool HaveAvx2() { return __builtin_cpu_supports("avx2"); }
 
 void TransposeAvx2(const TransposeArgs& args, const RowRange& range,
-                   int threads) {
-  TransposeBySize<Avx2Micro>(args, range, threads);
+                   int threads, absl::Span<const InputPiece> pieces) {
+  TransposeBySize<Avx2Micro>(args, range, threads, pieces);
 }
 
 }  // namespace transpose::kernels::internal

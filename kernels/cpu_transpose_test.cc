@@ -65,11 +65,11 @@ TEST(CpuTransposeTest, PortableAndAvx2BuildsMatchReference) {
       std::vector<uint8_t> out(in.size(), 0xA5);
       TransposeArgs args = base;
       args.output = out.data();
-      internal::TransposePortable(args, {0, c.batch * c.rows}, 2);
+      internal::TransposePortable(args, {0, c.batch * c.rows}, 2, {});
       EXPECT_EQ(out, expected) << "portable " << size;
       if (internal::HaveAvx2()) {
         std::fill(out.begin(), out.end(), 0xA5);
-        internal::TransposeAvx2(args, {0, c.batch * c.rows}, 2);
+        internal::TransposeAvx2(args, {0, c.batch * c.rows}, 2, {});
         EXPECT_EQ(out, expected) << "avx2 " << size;
       }
     }
@@ -111,6 +111,93 @@ TEST(CpuTransposeTest, RowRangesAddUpToTheWholeTranspose) {
     }
     EXPECT_EQ(out, Reference(in, size, c.batch, c.rows, c.cols)) << size;
   }
+}
+
+// The input as a transport delivers it: pieces of any size, each in its own
+// allocation, cutting through rows and cache lines.
+struct Pieces {
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<InputPiece> pieces;
+};
+Pieces CutIntoPieces(const std::vector<uint8_t>& in, std::mt19937& rng) {
+  Pieces result;
+  std::uniform_int_distribution<uint64_t> size(0, 3000);
+  for (uint64_t offset = 0; offset < in.size();) {
+    const uint64_t n = std::min<uint64_t>(size(rng), in.size() - offset);
+    result.storage.emplace_back(in.begin() + offset, in.begin() + offset + n);
+    result.pieces.push_back({offset, result.storage.back().data(), n});
+    offset += n;
+  }
+  return result;
+}
+
+TEST(CpuTransposeTest, RowRangesFromPiecesMatchReference) {
+  std::mt19937 rng(7);
+  for (size_t size : {1, 2, 4, 8, 16}) {
+    // Rows and columns whole lines for every element size; 256 rows in four
+    // ranges of the 64-row granule.
+    const Case c{2, 128, 192};
+    std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
+    for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+    const std::vector<uint8_t> expected =
+        Reference(in, size, c.batch, c.rows, c.cols);
+    const Pieces pieces = CutIntoPieces(in, rng);
+    std::vector<uint8_t> out(in.size(), 0xA5);
+    const TransposeArgs args{size,   c.batch, c.rows,
+                             c.cols, nullptr, out.data()};
+    ASSERT_TRUE(CanTransposeFromPieces(args));
+    for (const RowRange& range : {RowRange{128, 192}, RowRange{0, 64},
+                                  RowRange{192, 256}, RowRange{64, 128}}) {
+      ASSERT_TRUE(TransposeRowsFromPiecesOnCpu(args, range, pieces.pieces).ok())
+          << range.first;
+    }
+    EXPECT_EQ(out, expected) << size << "-byte";
+    // Both builds, each with only the pieces a range needs.
+    const uint64_t row_bytes = c.cols * size;
+    auto needed = [&](const RowRange& range) {
+      std::vector<InputPiece> subset;
+      for (const InputPiece& piece : pieces.pieces) {
+        if (piece.offset + piece.size > range.first * row_bytes &&
+            piece.offset < range.last * row_bytes)
+          subset.push_back(piece);
+      }
+      return subset;
+    };
+    std::fill(out.begin(), out.end(), 0xA5);
+    internal::TransposePortable(args, {0, 128}, 1, needed({0, 128}));
+    internal::TransposePortable(args, {128, 256}, 1, needed({128, 256}));
+    EXPECT_EQ(out, expected) << "portable " << size;
+    if (internal::HaveAvx2()) {
+      std::fill(out.begin(), out.end(), 0xA5);
+      internal::TransposeAvx2(args, {0, 256}, 1, needed({0, 256}));
+      EXPECT_EQ(out, expected) << "avx2 " << size;
+    }
+  }
+}
+
+TEST(CpuTransposeTest, FromPiecesRejectsEdgesGapsAndShortPieces) {
+  std::vector<uint8_t> in(4 * 128 * 32), out(in.size());
+  const TransposeArgs args{4, 1, 128, 32, nullptr, out.data()};
+  const uint64_t half = in.size() / 2;
+  const InputPiece whole[] = {{0, in.data(), in.size()}};
+  const InputPiece first_half[] = {{0, in.data(), half}};
+  const InputPiece gap[] = {{0, in.data(), half - 64},
+                            {half, in.data() + half, half}};
+  EXPECT_TRUE(TransposeRowsFromPiecesOnCpu(args, {0, 128}, whole).ok());
+  EXPECT_TRUE(TransposeRowsFromPiecesOnCpu(args, {0, 64}, first_half).ok());
+  EXPECT_EQ(TransposeRowsFromPiecesOnCpu(args, {0, 128}, first_half).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransposeRowsFromPiecesOnCpu(args, {0, 128}, gap).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransposeRowsFromPiecesOnCpu(args, {0, 128}, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransposeRowsFromPiecesOnCpu(args, {0, 65}, whole).code(),
+            absl::StatusCode::kInvalidArgument);
+  // 100 rows of float32 end in a strip shorter than a line's 16 elements.
+  const TransposeArgs edges{4, 1, 100, 32, nullptr, out.data()};
+  EXPECT_FALSE(CanTransposeFromPieces(edges));
+  EXPECT_EQ(TransposeRowsFromPiecesOnCpu(edges, {0, 100}, whole).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CpuTransposeTest, RejectsRowRangesOffTheGranule) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/types/span.h"
 #include "kernels/cpu_transpose.h"
 #include "kernels/transpose_args.h"
 
@@ -27,6 +28,142 @@ inline void TransposeScalar(const T* in, uint64_t in_stride, T* out,
   }
 }
 
+// TransposeBlocks' input in one buffer, args.input.
+template <typename T>
+class ContiguousInput {
+ public:
+  // Matrices may have edges narrower than a block.
+  static constexpr bool kEdges = true;
+
+  explicit ContiguousInput(const TransposeArgs& args)
+      : in_(static_cast<const T*>(args.input)), cols_(args.cols) {}
+
+  // Row `row`, counted across the batch.
+  const T* Row(uint64_t row) const { return in_ + row * cols_; }
+
+  // The lines of one strip of rows.
+  class Strip {
+   public:
+    static constexpr uint64_t kEdge = 64 / sizeof(T);
+    Strip(const T* first_row, uint64_t cols) : first_(first_row), cols_(cols) {}
+    // Reads the strip's kEdge lines from column c0 into `block` (kEdge x
+    // kEdge).
+    template <typename Micro>
+    void Load(uint64_t c0, T* block) {
+      for (uint64_t i = 0; i < kEdge; ++i) {
+        Micro::LoadLine(block + i * kEdge, first_ + i * cols_ + c0);
+      }
+    }
+
+   private:
+    const T* first_;
+    uint64_t cols_;
+  };
+  Strip StartStrip(uint64_t row) const { return Strip(Row(row), cols_); }
+
+ private:
+  const T* in_;
+  uint64_t cols_;
+};
+
+// TransposeBlocks' input in pieces as a transport delivered them (a socket
+// read's worth each, with no regard for rows), read where they lie. While
+// every row of a strip has its next lines in one piece, lines are read through
+// per-row pointers as from one buffer; a line split between two pieces is
+// gathered. Only for shapes without edges (CanTransposeFromPieces).
+template <typename T>
+class PieceInput {
+ public:
+  static constexpr bool kEdges = false;
+
+  PieceInput(const TransposeArgs& args, absl::Span<const InputPiece> pieces)
+      : pieces_(pieces), row_bytes_(args.cols * sizeof(T)) {}
+
+  class Strip {
+   public:
+    static constexpr uint64_t kLine = 64;
+    static constexpr uint64_t kEdge = kLine / sizeof(T);
+
+    Strip(absl::Span<const InputPiece> pieces, uint64_t first_row_offset,
+          uint64_t row_bytes) {
+      for (uint64_t i = 0; i < kEdge; ++i) {
+        row_offset_[i] = first_row_offset + i * row_bytes;
+        // The last piece starting at or before the row.
+        piece_[i] =
+            std::upper_bound(pieces.begin(), pieces.end(), row_offset_[i],
+                             [](uint64_t offset, const InputPiece& p) {
+                               return offset < p.offset;
+                             }) -
+            1;
+      }
+    }
+
+    // Reads the strip's kEdge lines from column c0 into `block` (kEdge x
+    // kEdge). Columns only grow.
+    template <typename Micro>
+    void Load(uint64_t c0, T* block) {
+      if (c0 + kEdge > in_place_end_) FindPieces(c0);
+      if (c0 + kEdge <= in_place_end_) {
+        for (uint64_t i = 0; i < kEdge; ++i) {
+          Micro::LoadLine(
+              block + i * kEdge,
+              reinterpret_cast<const T*>(row_address_[i] + c0 * sizeof(T)));
+        }
+        return;
+      }
+      for (uint64_t i = 0; i < kEdge; ++i) {
+        Gather(i, c0 * sizeof(T),
+               reinterpret_cast<uint8_t*>(block + i * kEdge));
+      }
+    }
+
+   private:
+    // Moves each row to the piece holding its line at column c0, and finds
+    // how far every row's line can be read in place.
+    void FindPieces(uint64_t c0) {
+      in_place_end_ = ~uint64_t{0};
+      for (uint64_t i = 0; i < kEdge; ++i) {
+        const uint64_t at = row_offset_[i] + c0 * sizeof(T);
+        while (at >= piece_[i]->offset + piece_[i]->size) ++piece_[i];
+        // Where column 0 of the row would be if the piece held all of it: an
+        // address only, wrapping below the piece, never dereferenced there.
+        row_address_[i] = reinterpret_cast<uintptr_t>(piece_[i]->data) +
+                          (row_offset_[i] - piece_[i]->offset);
+        in_place_end_ = std::min(
+            in_place_end_,
+            (piece_[i]->offset + piece_[i]->size - row_offset_[i]) / sizeof(T));
+      }
+    }
+
+    // Copies row i's line at byte `column_byte` from the pieces it spans.
+    void Gather(uint64_t i, uint64_t column_byte, uint8_t* line) {
+      const uint64_t at = row_offset_[i] + column_byte;
+      const InputPiece* piece = piece_[i];
+      while (at >= piece->offset + piece->size) ++piece;
+      for (uint64_t done = 0; done < kLine; ++piece) {
+        const uint64_t from = at + done - piece->offset;
+        const uint64_t n = std::min(kLine - done, piece->size - from);
+        std::memcpy(line + done,
+                    static_cast<const uint8_t*>(piece->data) + from, n);
+        done += n;
+      }
+    }
+
+    uint64_t row_offset_[kEdge];
+    const InputPiece* piece_[kEdge];
+    uintptr_t row_address_[kEdge];
+    // Columns below this are in place for every row (from FindPieces).
+    uint64_t in_place_end_ = 0;
+  };
+  Strip StartStrip(uint64_t row) const {
+    return Strip(pieces_, row * row_bytes_, row_bytes_);
+  }
+
+ private:
+  absl::Span<const InputPiece> pieces_;
+  uint64_t row_bytes_;
+};
+
 // Transposes every matrix of `args` through square blocks of one cache line's
 // worth of rows and columns (kEdge = 64 / sizeof(T) elements a side). A block's
 // kEdge input lines are read whole into a local buffer, transposed there by
@@ -36,13 +173,14 @@ inline void TransposeScalar(const T* in, uint64_t in_stride, T* out,
 // strides, all rows of a block fall into one cache set, so a half-read line
 // would be evicted before its second half is used. Threads take strips of kEdge
 // input rows and walk them left to right, so reads are sequential. Edges
-// narrower than a block go element by element.
+// narrower than a block go element by element. The input comes from `input`
+// (ContiguousInput or PieceInput).
 // Only input rows [first_row, last_row) are transposed, counted across the
 // batch (row r of matrix b is b * rows + r); both bounds are multiples of
 // kCpuRowGranule or ends of a matrix.
-template <typename T, typename Micro>
+template <typename T, typename Micro, typename Input>
 void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
-                     uint64_t last_row, int threads) {
+                     uint64_t last_row, int threads, const Input& input) {
   constexpr uint64_t kLine = 64;
   constexpr uint64_t kEdge = kLine / sizeof(T);
   constexpr uint64_t kBlock = Micro::kBlock;
@@ -61,7 +199,6 @@ void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
   const uint64_t last = last_row - 1;
   const int64_t end_strip = static_cast<int64_t>(last / rows * strips +
                                                  (last % rows + kEdge) / kEdge);
-  const T* in = static_cast<const T*>(args.input);
   T* out = static_cast<T*>(args.output);
   const bool stream = args.bytes() >= kStreamMinBytes &&
                       reinterpret_cast<uintptr_t>(out) % kLine == 0 &&
@@ -75,16 +212,17 @@ void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
     for (int64_t t = first_strip; t < end_strip; ++t) {
       const uint64_t b = static_cast<uint64_t>(t) / strips;
       const uint64_t r0 = static_cast<uint64_t>(t) % strips * kEdge;
-      const T* src = in + b * rows * cols;
       T* dst = out + b * rows * cols;
-      if (r0 + kEdge > rows) {  // The bottom strip, shorter than a block.
-        TransposeScalar(src + r0 * cols, cols, dst + r0, rows, rows - r0, cols);
-        continue;
-      }
-      for (uint64_t c0 = 0; c0 < c_full; c0 += kEdge) {
-        for (uint64_t i = 0; i < kEdge; ++i) {
-          Micro::LoadLine(block_in + i * kEdge, src + (r0 + i) * cols + c0);
+      if constexpr (Input::kEdges) {
+        if (r0 + kEdge > rows) {  // The bottom strip, shorter than a block.
+          TransposeScalar(input.Row(b * rows + r0), cols, dst + r0, rows,
+                          rows - r0, cols);
+          continue;
         }
+      }
+      typename Input::Strip strip = input.StartStrip(b * rows + r0);
+      for (uint64_t c0 = 0; c0 < c_full; c0 += kEdge) {
+        strip.template Load<Micro>(c0, block_in);
         for (uint64_t c = 0; c < kEdge; c += kBlock) {
           for (uint64_t r = 0; r < kEdge; r += kBlock) {
             Micro::Block(block_in + r * kEdge + c, kEdge,
@@ -96,33 +234,48 @@ void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
                            stream);
         }
       }
-      TransposeScalar(src + r0 * cols + c_full, cols, dst + c_full * rows + r0,
-                      rows, kEdge, cols - c_full);
+      if constexpr (Input::kEdges) {
+        TransposeScalar(input.Row(b * rows + r0) + c_full, cols,
+                        dst + c_full * rows + r0, rows, kEdge, cols - c_full);
+      }
     }
     if (stream) Micro::Fence();
+  }
+}
+
+// Runs TransposeBlocks for element type T, from args.input or, when there are
+// any, from `pieces`.
+template <typename T, typename Micro>
+void TransposeFrom(const TransposeArgs& args, const RowRange& range,
+                   int threads, absl::Span<const InputPiece> pieces) {
+  if (pieces.empty()) {
+    TransposeBlocks<T, Micro>(args, range.first, range.last, threads,
+                              ContiguousInput<T>(args));
+  } else {
+    TransposeBlocks<T, Micro>(args, range.first, range.last, threads,
+                              PieceInput<T>(args, pieces));
   }
 }
 
 // Runs TransposeBlocks with Micros<T> for the element size of `args`.
 template <template <typename> class Micros>
 void TransposeBySize(const TransposeArgs& args, const RowRange& range,
-                     int threads) {
-  const uint64_t first = range.first, last = range.last;
+                     int threads, absl::Span<const InputPiece> pieces) {
   switch (args.element_size) {
     case 1:
-      TransposeBlocks<uint8_t, Micros<uint8_t>>(args, first, last, threads);
+      TransposeFrom<uint8_t, Micros<uint8_t>>(args, range, threads, pieces);
       break;
     case 2:
-      TransposeBlocks<uint16_t, Micros<uint16_t>>(args, first, last, threads);
+      TransposeFrom<uint16_t, Micros<uint16_t>>(args, range, threads, pieces);
       break;
     case 4:
-      TransposeBlocks<uint32_t, Micros<uint32_t>>(args, first, last, threads);
+      TransposeFrom<uint32_t, Micros<uint32_t>>(args, range, threads, pieces);
       break;
     case 8:
-      TransposeBlocks<uint64_t, Micros<uint64_t>>(args, first, last, threads);
+      TransposeFrom<uint64_t, Micros<uint64_t>>(args, range, threads, pieces);
       break;
     case 16:
-      TransposeBlocks<Element16, Micros<Element16>>(args, first, last, threads);
+      TransposeFrom<Element16, Micros<Element16>>(args, range, threads, pieces);
       break;
   }
 }
@@ -145,12 +298,12 @@ struct ScalarMicro {
 
 // The portable build's entry point.
 void TransposePortable(const TransposeArgs& args, const RowRange& range,
-                       int threads);
+                       int threads, absl::Span<const InputPiece> pieces);
 
 // Whether this CPU runs the AVX2 build, and that build's entry point.
 bool HaveAvx2();
 void TransposeAvx2(const TransposeArgs& args, const RowRange& range,
-                   int threads);
+                   int threads, absl::Span<const InputPiece> pieces);
 
 }  // namespace transpose::kernels::internal
 

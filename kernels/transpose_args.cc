@@ -32,7 +32,7 @@ absl::string_view AlgorithmName(Algorithm algorithm) {
   return "unknown";
 }
 
-absl::Status CheckArgs(const TransposeArgs& args) {
+absl::Status CheckShape(const TransposeArgs& args) {
   switch (args.element_size) {
     case 1:
     case 2:
@@ -55,6 +55,12 @@ absl::Status CheckArgs(const TransposeArgs& args) {
       return absl::InvalidArgumentError("matrix size overflows 64 bits");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckArgs(const TransposeArgs& args) {
+  if (absl::Status status = CheckShape(args); !status.ok()) return status;
+  const uint64_t bytes = args.bytes();
   if (args.input == nullptr || args.output == nullptr) {
     return absl::InvalidArgumentError("null input or output buffer");
   }

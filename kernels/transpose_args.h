@@ -53,6 +53,11 @@ struct TransposeArgs {
   uint64_t bytes() const { return elements() * element_size; }
 };
 
+// OK when the element size, batch, rows and cols of `args` are ones any
+// backend can run: a supported element size, non-zero dimensions whose byte
+// size fits in 64 bits. The buffers are not looked at.
+absl::Status CheckShape(const TransposeArgs& args);
+
 // OK when `args` describes a transpose any backend can run: a supported element
 // size, non-zero dimensions whose byte size fits in 64 bits, non-null and
 // non-overlapping buffers.

@@ -5,6 +5,7 @@
 #define TRANSPOSE_SERVER_BACKEND_H_
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/transpose_args.h"
 #include "server/core/matrix.h"
@@ -19,7 +21,8 @@
 
 namespace transpose {
 
-// What to transpose; the data arrives separately, into TransposeJob::input().
+// What to transpose; the data arrives separately, through
+// TransposeJob::AppendInput.
 struct TransposeSpec {
   DataType dtype = DataType::kUnspecified;
   MatrixShape shape;
@@ -41,23 +44,34 @@ class TransposeJob {
  public:
   virtual ~TransposeJob() = default;
 
-  // The spec's bytes of host memory, to be filled with the input before Run.
-  virtual absl::Span<uint8_t> input() = 0;
+  // Takes the next bytes of the input, in order, in the pieces the transport
+  // delivered them in. A job may read them in place instead of copying them for
+  // as long as it holds `owner`, which keeps them alive; with a null owner the
+  // caller keeps them alive until the job is destroyed. The pieces add up to
+  // the spec's bytes before Run. Called from one thread at a time.
+  virtual void AppendInput(absl::Span<const absl::string_view> pieces,
+                           std::shared_ptr<const void> owner) = 0;
   // The result; valid once Run has reported OK, until the job is destroyed.
   virtual absl::Span<const uint8_t> output() const = 0;
   // Filled once Run has reported OK.
   virtual const TransposeStats& stats() const = 0;
 
-  // Says that input()[0, bytes_ready) holds its final bytes; a backend may
-  // start on them before Run. Called with growing values, from one thread at a
-  // time, before Run.
-  virtual void InputAdvanced(uint64_t bytes_ready) {}
-
-  // Transposes input() into output(). `done` runs exactly once, on a backend
+  // Transposes the input into output(). `done` runs exactly once, on a backend
   // thread or, for small jobs, on the calling thread before Run returns; it may
   // destroy the job. Call at most once.
   virtual void Run(JobDoneCallback done) = 0;
 };
+
+// For jobs that keep their input in one buffer: copies `pieces` into `buffer`
+// from `offset` on and returns the offset after them.
+inline uint64_t CopyPieces(absl::Span<const absl::string_view> pieces,
+                           absl::Span<uint8_t> buffer, uint64_t offset) {
+  for (absl::string_view piece : pieces) {
+    std::memcpy(buffer.data() + offset, piece.data(), piece.size());
+    offset += piece.size();
+  }
+  return offset;
+}
 
 // What a backend tells clients about itself.
 struct BackendInfo {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -51,26 +52,37 @@ double CalibrateCopyBandwidth(uint64_t bytes, int threads) {
   return 2.0 * static_cast<double>(bytes) / seconds[seconds.size() / 2];
 }
 
+kernels::TransposeArgs ArgsOf(const TransposeSpec& spec) {
+  kernels::TransposeArgs args;
+  args.element_size = ElementSize(spec.dtype);
+  args.batch = spec.shape.batch;
+  args.rows = spec.shape.rows;
+  args.cols = spec.shape.cols;
+  return args;
+}
+
 }  // namespace
 
 // A job that may start before its input is complete: as whole bands of rows
-// arrive (InputAdvanced), workers transpose them into their output columns, so
-// by the time the last byte is in, only the last band is left for Run. Bands
-// are disjoint, so they run concurrently.
+// arrive, workers transpose them into their output columns, so by the time the
+// last byte is in, only the last band is left for Run. Bands are disjoint, so
+// they run concurrently. Where the shape allows (kernels::
+// CanTransposeFromPieces), bands read the input where the transport left it,
+// holding its pieces until they are done; otherwise the input is copied into
+// one buffer first.
 class CpuBackend::Job final : public TransposeJob {
  public:
+  // `input` is unused (empty) when the job reads from the pieces.
   Job(CpuBackend& backend, const TransposeSpec& spec, uint64_t bytes,
-      BufferPool::Buffer input, BufferPool::Buffer output)
+      bool from_pieces, BufferPool::Buffer input, BufferPool::Buffer output)
       : backend_(backend),
         bytes_(bytes),
+        from_pieces_(from_pieces),
         input_(std::move(input)),
         output_(std::move(output)),
         created_(absl::Now()),
         bands_(std::make_shared<Bands>()) {
-    args_.element_size = ElementSize(spec.dtype);
-    args_.batch = spec.shape.batch;
-    args_.rows = spec.shape.rows;
-    args_.cols = spec.shape.cols;
+    args_ = ArgsOf(spec);
     args_.input = input_.data();
     args_.output = output_.data();
     stats_.backend = backend_.info_.name;
@@ -84,22 +96,21 @@ class CpuBackend::Job final : public TransposeJob {
     bands_->idle_changed.wait(lock, [this] { return bands_->idle; });
   }
 
-  absl::Span<uint8_t> input() override { return input_.span(); }
   absl::Span<const uint8_t> output() const override { return output_.span(); }
   const TransposeStats& stats() const override { return stats_; }
 
-  void InputAdvanced(uint64_t bytes_ready) override {
-    if (bytes_ < backend_.options_.incremental_min_bytes) return;
-    // Whole rows ready, rounded down to the granule within their matrix.
-    const uint64_t row_bytes = args_.cols * args_.element_size;
-    const uint64_t rows_ready = bytes_ready / row_bytes;
-    const uint64_t ready =
-        rows_ready - rows_ready % args_.rows % kernels::kCpuRowGranule;
-    if ((ready - scheduled_rows_) * row_bytes <
-        backend_.options_.incremental_band_bytes)
-      return;
-    Schedule({scheduled_rows_, ready}, /*last=*/false);
-    scheduled_rows_ = ready;
+  void AppendInput(absl::Span<const absl::string_view> pieces,
+                   std::shared_ptr<const void> owner) override {
+    if (!from_pieces_) {
+      received_ = CopyPieces(pieces, input_.span(), received_);
+    } else {
+      for (absl::string_view piece : pieces) {
+        if (piece.empty()) continue;
+        pieces_.push_back({{received_, piece.data(), piece.size()}, owner});
+        received_ += piece.size();
+      }
+    }
+    ScheduleReadyBands();
   }
 
   void Run(JobDoneCallback done) override {
@@ -110,9 +121,10 @@ class CpuBackend::Job final : public TransposeJob {
     if (scheduled_rows_ == 0 && bytes_ <= backend_.options_.inline_max_bytes) {
       // Small: run here, a hand-off would cost more than the transpose.
       AddBand(/*last=*/true);
-      RunBand({0, total_rows});
+      scheduled_rows_ = total_rows;
+      RunBand({0, total_rows}, TakePiecesBefore(total_rows));
     } else if (scheduled_rows_ < total_rows) {
-      Schedule({scheduled_rows_, total_rows}, /*last=*/true);
+      Schedule(total_rows, /*last=*/true);
     } else {
       // Every band went out before Run; the last one to finish completes the
       // job.
@@ -122,6 +134,12 @@ class CpuBackend::Job final : public TransposeJob {
   }
 
  private:
+  // A received piece and what keeps it alive.
+  struct HeldPiece {
+    kernels::InputPiece piece;
+    std::shared_ptr<const void> owner;
+  };
+
   // What the bands share, outliving the job while a band still holds it.
   struct Bands {
     // Guards the fields below; idle_changed signals `idle`.
@@ -134,6 +152,28 @@ class CpuBackend::Job final : public TransposeJob {
     bool idle = true;
   };
 
+  // Hands the whole rows received so far to workers, in bands of about
+  // incremental_band_bytes, so that two workers can share one upload.
+  void ScheduleReadyBands() {
+    if (bytes_ < backend_.options_.incremental_min_bytes) return;
+    const uint64_t row_bytes = args_.cols * args_.element_size;
+    const uint64_t band_bytes = backend_.options_.incremental_band_bytes;
+    const uint64_t band_rows = std::max(
+        kernels::kCpuRowGranule, (band_bytes + row_bytes - 1) / row_bytes);
+    const uint64_t ready = OnGranule(received_ / row_bytes);
+    while ((ready - scheduled_rows_) * row_bytes >= band_bytes) {
+      const uint64_t end =
+          OnGranule(std::min(ready, scheduled_rows_ + band_rows));
+      if (end <= scheduled_rows_) break;  // Cannot happen: a granule is ahead.
+      Schedule(end, /*last=*/false);
+    }
+  }
+
+  // The last row boundary at or before `row` that a band may end on.
+  uint64_t OnGranule(uint64_t row) const {
+    return row - row % args_.rows % kernels::kCpuRowGranule;
+  }
+
   void AddBand(bool last) {
     std::lock_guard<std::mutex> lock(bands_->mutex);
     ++bands_->pending;
@@ -141,26 +181,61 @@ class CpuBackend::Job final : public TransposeJob {
     bands_->last_added |= last;
   }
 
-  void Schedule(kernels::RowRange range, bool last) {
-    AddBand(last);
-    backend_.workers_.Schedule([this, range] { RunBand(range); });
+  // The held pieces with bytes before row `end`, for the band that ends there;
+  // those wholly before it are no longer needed by later bands.
+  std::vector<HeldPiece> TakePiecesBefore(uint64_t end) {
+    std::vector<HeldPiece> held;
+    const uint64_t end_byte = end * args_.cols * args_.element_size;
+    for (const HeldPiece& piece : pieces_) {
+      if (piece.piece.offset >= end_byte) break;
+      held.push_back(piece);
+    }
+    while (!pieces_.empty() &&
+           pieces_.front().piece.offset + pieces_.front().piece.size <=
+               end_byte) {
+      pieces_.pop_front();
+    }
+    return held;
   }
 
-  void RunBand(kernels::RowRange range) {
+  // Schedules rows [scheduled_rows_, end) on a worker.
+  void Schedule(uint64_t end, bool last) {
+    const kernels::RowRange range{scheduled_rows_, end};
+    scheduled_rows_ = end;
+    AddBand(last);
+    backend_.workers_.Schedule(
+        [this, range, held = TakePiecesBefore(end)]() mutable {
+          RunBand(range, std::move(held));
+        });
+  }
+
+  void RunBand(kernels::RowRange range, std::vector<HeldPiece> held) {
     Metrics::BackendSeries& series = *backend_.series_;
     series.busy_streams->Increment();
     const absl::Time start = absl::Now();
-    const uint64_t total_rows = args_.batch * args_.rows;
-    if (range.last == total_rows)
+    if (range.last == args_.batch * args_.rows)
       stats_.queue_seconds = absl::ToDoubleSeconds(start - run_at_);
-    // The whole matrix at once gets every thread; a band, one worker.
-    const absl::Status status =
-        range.first == 0 && range.last == total_rows
-            ? kernels::TransposeOnCpu(args_, backend_.options_.threads_per_job)
-            : kernels::TransposeRowsOnCpu(args_, range);
+    const absl::Status status = Transpose(range, std::move(held));
     const absl::Time end = absl::Now();
     series.busy_streams->Decrement();
     FinishBand(status, absl::ToDoubleSeconds(end - start));
+  }
+
+  // Lets go of the pieces before returning: once the job is done, nothing of
+  // the transport's is held.
+  absl::Status Transpose(kernels::RowRange range,
+                         std::vector<HeldPiece> held) const {
+    if (from_pieces_) {
+      std::vector<kernels::InputPiece> pieces;
+      pieces.reserve(held.size());
+      for (const HeldPiece& piece : held) pieces.push_back(piece.piece);
+      return kernels::TransposeRowsFromPiecesOnCpu(args_, range, pieces);
+    }
+    if (range.first == 0 && range.last == args_.batch * args_.rows) {
+      // The whole matrix at once gets every thread; a band, one worker.
+      return kernels::TransposeOnCpu(args_, backend_.options_.threads_per_job);
+    }
+    return kernels::TransposeRowsOnCpu(args_, range);
   }
 
   // The band that ends the last job completes it, after releasing the lock:
@@ -198,13 +273,17 @@ class CpuBackend::Job final : public TransposeJob {
 
   CpuBackend& backend_;
   const uint64_t bytes_;
+  const bool from_pieces_;
   BufferPool::Buffer input_;
   BufferPool::Buffer output_;
   const absl::Time created_;
   kernels::TransposeArgs args_;
-  // Written by the caller's thread (InputAdvanced, then Run) before the bands
+  // Written by the caller's thread (AppendInput, then Run) before the bands
   // that read them.
+  uint64_t received_ = 0;
   uint64_t scheduled_rows_ = 0;
+  // Received pieces not yet handed to a band in full (from_pieces_ only).
+  std::deque<HeldPiece> pieces_;
   absl::Time run_at_;
   JobDoneCallback done_;
   // Written by the last band only.
@@ -240,13 +319,20 @@ absl::Status CpuBackend::CanRun(const TransposeSpec& spec) const {
 
 absl::StatusOr<std::unique_ptr<TransposeJob>> CpuBackend::CreateJob(
     const TransposeSpec& spec, uint64_t bytes) {
-  TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer input, buffers_.Acquire(bytes));
+  // Large jobs of a shape the transpose can read in pieces need no input
+  // buffer: the pieces are held instead, a band's worth at a time.
+  const bool from_pieces = bytes >= options_.incremental_min_bytes &&
+                           kernels::CanTransposeFromPieces(ArgsOf(spec));
+  BufferPool::Buffer input;
+  if (!from_pieces) {
+    TRANSPOSE_ASSIGN_OR_RETURN(input, buffers_.Acquire(bytes));
+  }
   TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer output,
                              buffers_.Acquire(bytes));
   series_->device_memory_used_bytes->Set(
       static_cast<double>(buffers_.allocated_bytes()));
-  return std::make_unique<Job>(*this, spec, bytes, std::move(input),
-                               std::move(output));
+  return std::make_unique<Job>(*this, spec, bytes, from_pieces,
+                               std::move(input), std::move(output));
 }
 
 }  // namespace transpose

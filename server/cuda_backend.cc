@@ -147,7 +147,11 @@ class CudaBackend::Job final : public TransposeJob {
         host_(std::move(host)),
         created_(absl::Now()) {}
 
-  absl::Span<uint8_t> input() override { return host_.span(); }
+  void AppendInput(absl::Span<const absl::string_view> pieces,
+                   std::shared_ptr<const void>) override {
+    // Into pinned memory, which the copy to the device needs.
+    received_ = CopyPieces(pieces, host_.span(), received_);
+  }
   // The result is copied back into the same pinned buffer the input came from.
   absl::Span<const uint8_t> output() const override { return host_.span(); }
   const TransposeStats& stats() const override { return stats_; }
@@ -170,6 +174,7 @@ class CudaBackend::Job final : public TransposeJob {
   const TransposeSpec spec_;
   const uint64_t bytes_;
   BufferPool::Buffer host_;
+  uint64_t received_ = 0;
   const absl::Time created_;
   TransposeStats stats_;
 };

@@ -48,7 +48,10 @@ class CudaBackendTest : public ::testing::Test {
     std::vector<uint32_t> input(shape.elements());
     std::mt19937 rng(static_cast<uint32_t>(shape.elements()));
     for (uint32_t& v : input) v = rng();
-    std::memcpy((*job)->input().data(), input.data(), input.size() * 4);
+    (*job)->AppendInput(
+        {absl::string_view(reinterpret_cast<const char*>(input.data()),
+                           input.size() * 4)},
+        nullptr);
     Notification done;
     (*job)->Run([&](absl::Status status) {
       *status_out = status;

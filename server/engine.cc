@@ -19,12 +19,12 @@ class AdmittedJob final : public TransposeJob {
   // Members are destroyed in reverse order: the buffers before the admission
   // that counted them.
 
-  absl::Span<uint8_t> input() override { return job_->input(); }
+  void AppendInput(absl::Span<const absl::string_view> pieces,
+                   std::shared_ptr<const void> owner) override {
+    job_->AppendInput(pieces, std::move(owner));
+  }
   absl::Span<const uint8_t> output() const override { return job_->output(); }
   const TransposeStats& stats() const override { return job_->stats(); }
-  void InputAdvanced(uint64_t bytes_ready) override {
-    job_->InputAdvanced(bytes_ready);
-  }
   void Run(JobDoneCallback done) override { job_->Run(std::move(done)); }
 
  private:

@@ -21,6 +21,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A vector's bytes, as a transport would deliver them.
+template <typename T>
+absl::string_view AsBytes(const std::vector<T>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)};
+}
+
 const TransposeSpec kSpec{
     DataType::kFloat32, {1, 4, 8}, kernels::Algorithm::kAuto};
 
@@ -142,7 +148,7 @@ TEST(EngineTest, CpuBackendTransposesAndRecordsMetrics) {
     std::vector<int32_t> input(shape.elements());
     std::mt19937 rng(3);
     for (int32_t& v : input) v = static_cast<int32_t>(rng());
-    std::memcpy((*job)->input().data(), input.data(), (*job)->input().size());
+    (*job)->AppendInput({AsBytes(input)}, nullptr);
     absl::Status result = RunAndWait(**job);
     ASSERT_TRUE(result.ok()) << result;
     const auto* output =
@@ -204,29 +210,37 @@ std::vector<uint16_t> Expected(const std::vector<uint16_t>& in,
   return out;
 }
 
+std::vector<uint16_t> RandomInput(const MatrixShape& shape, uint32_t seed) {
+  std::vector<uint16_t> input(shape.elements());
+  std::mt19937 rng(seed);
+  for (uint16_t& v : input) v = static_cast<uint16_t>(rng());
+  return input;
+}
+
+std::vector<uint16_t> OutputOf(const TransposeJob& job) {
+  std::vector<uint16_t> output(job.output().size() / 2);
+  std::memcpy(output.data(), job.output().data(), job.output().size());
+  return output;
+}
+
 // Bands transposed while the input trickles in, in uneven pieces, add up to the
 // transpose.
 TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
   const MatrixShape shape{2, 1000, 700};  // 2.8 MB of uint16.
   const TransposeSpec spec{DataType::kUInt16, shape, kernels::Algorithm::kAuto};
-  std::vector<uint16_t> input(shape.elements());
-  std::mt19937 rng(9);
-  for (uint16_t& v : input) v = static_cast<uint16_t>(rng());
+  const std::vector<uint16_t> input = RandomInput(shape, 9);
   absl::StatusOr<std::unique_ptr<TransposeJob>> job =
       backend_.CreateJob(spec, input.size() * 2);
   ASSERT_TRUE(job.ok());
-  const auto* bytes = reinterpret_cast<const uint8_t*>(input.data());
-  for (size_t offset = 0; offset < input.size() * 2;) {
-    const size_t n = std::min<size_t>(100003, input.size() * 2 - offset);
-    std::memcpy((*job)->input().data() + offset, bytes + offset, n);
+  const absl::string_view bytes = AsBytes(input);
+  for (size_t offset = 0; offset < bytes.size();) {
+    const size_t n = std::min<size_t>(100003, bytes.size() - offset);
+    (*job)->AppendInput({bytes.substr(offset, n)}, nullptr);
     offset += n;
-    (*job)->InputAdvanced(offset);
   }
   absl::Status result = RunAndWait(**job);
   ASSERT_TRUE(result.ok()) << result;
-  std::vector<uint16_t> output(input.size());
-  std::memcpy(output.data(), (*job)->output().data(), input.size() * 2);
-  EXPECT_EQ(output, Expected(input, shape));
+  EXPECT_EQ(OutputOf(**job), Expected(input, shape));
   EXPECT_GT((*job)->stats().kernel_seconds, 0);
 }
 
@@ -235,12 +249,45 @@ TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
 TEST_F(CpuBackendTest, AJobDroppedMidUploadWaitsForItsBands) {
   const TransposeSpec spec{
       DataType::kFloat32, {1, 2048, 1024}, kernels::Algorithm::kAuto};
+  const std::vector<char> half(1024 * 1024 * 4, 1);
   for (int i = 0; i < 20; ++i) {
     absl::StatusOr<std::unique_ptr<TransposeJob>> job =
         backend_.CreateJob(spec, 2048 * 1024 * 4);
     ASSERT_TRUE(job.ok());
-    (*job)->InputAdvanced(1024 * 1024 * 4);
+    (*job)->AppendInput({absl::string_view(half.data(), half.size())}, nullptr);
   }  // Each job is destroyed here with its bands possibly still running.
+}
+
+// A shape whose rows and columns are whole cache lines: the job transposes the
+// transport's pieces where they lie, holding each (through its owner) until
+// the band that needs it is done, instead of copying it.
+TEST_F(CpuBackendTest, TransposesThePiecesInPlaceAndLetsThemGo) {
+  const MatrixShape shape{2, 512, 640};  // 1.3 MB of uint16.
+  const TransposeSpec spec{DataType::kUInt16, shape, kernels::Algorithm::kAuto};
+  const std::vector<uint16_t> input = RandomInput(shape, 10);
+  std::mt19937 rng(11);
+  absl::StatusOr<std::unique_ptr<TransposeJob>> job =
+      backend_.CreateJob(spec, input.size() * 2);
+  ASSERT_TRUE(job.ok());
+  const absl::string_view bytes = AsBytes(input);
+  std::vector<std::weak_ptr<std::string>> pieces;
+  for (size_t offset = 0; offset < bytes.size();) {
+    const size_t n = std::min<size_t>(1 + rng() % 30000, bytes.size() - offset);
+    // Each piece in its own allocation, as the transport's slices are.
+    auto piece = std::make_shared<std::string>(bytes.substr(offset, n));
+    (*job)->AppendInput({*piece}, piece);
+    if (offset == 0) {
+      // Less than a band: the job holds on to it.
+      EXPECT_GT(piece.use_count(), 1) << "the job copied the piece";
+    }
+    pieces.push_back(piece);
+    offset += n;
+  }
+  absl::Status result = RunAndWait(**job);
+  ASSERT_TRUE(result.ok()) << result;
+  EXPECT_EQ(OutputOf(**job), Expected(input, shape));
+  job->reset();
+  for (const auto& piece : pieces) EXPECT_TRUE(piece.expired());
 }
 
 // The caller's callback may drop the last reference to the job, on either path.
@@ -253,6 +300,8 @@ TEST_F(CpuBackendTest, DoneMayDestroyTheJob) {
         backend_.CreateJob(spec, shape.elements() * 4);
     ASSERT_TRUE(created.ok());
     std::shared_ptr<TransposeJob> job = *std::move(created);
+    const std::vector<float> input(shape.elements(), 1.0f);
+    job->AppendInput({AsBytes(input)}, nullptr);
     TransposeJob& ref = *job;
     Notification done;
     ref.Run([job = std::move(job), &done](absl::Status status) mutable {

@@ -23,7 +23,14 @@ class FakeJob final : public TransposeJob {
     stats_.backend = std::move(backend);
     stats_.algorithm = "fake";
   }
-  absl::Span<uint8_t> input() override { return absl::MakeSpan(input_); }
+  void AppendInput(absl::Span<const absl::string_view> pieces,
+                   std::shared_ptr<const void>) override {
+    received_ = CopyPieces(pieces, absl::MakeSpan(input_), received_);
+  }
+  // What AppendInput has received.
+  absl::string_view input() const {
+    return {reinterpret_cast<const char*>(input_.data()), received_};
+  }
   absl::Span<const uint8_t> output() const override { return output_; }
   const TransposeStats& stats() const override { return stats_; }
   void Run(JobDoneCallback done) override {
@@ -33,6 +40,7 @@ class FakeJob final : public TransposeJob {
 
  private:
   std::vector<uint8_t> input_;
+  uint64_t received_ = 0;
   std::vector<uint8_t> output_;
   const absl::Status result_;
   TransposeStats stats_;

@@ -1,6 +1,5 @@
 #include "server/request_assembler.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -29,7 +28,8 @@ absl::Status RequestAssembler::Add(const RequestPart& part) {
     TRANSPOSE_ASSIGN_OR_RETURN(job_, create_job_(part.header));
     has_header_ = true;
     spec_ = part.header;
-    expected_ = job_->input().size();
+    TRANSPOSE_ASSIGN_OR_RETURN(expected_,
+                               MatrixBytes(spec_.dtype, spec_.shape));
   } else if (part.has_header && !(part.header == spec_)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("header repeated with other values: first %s, now %s",
@@ -43,11 +43,8 @@ absl::Status RequestAssembler::Add(const RequestPart& part) {
         received_ + size, SpecToString(spec_), expected_));
   }
   if (size == 0) return absl::OkStatus();
-  for (absl::string_view piece : part.data) {
-    std::memcpy(job_->input().data() + received_, piece.data(), piece.size());
-    received_ += piece.size();
-  }
-  job_->InputAdvanced(received_);
+  job_->AppendInput(part.data, part.owner);
+  received_ += size;
   return absl::OkStatus();
 }
 

@@ -25,6 +25,9 @@ struct RequestPart {
   TransposeSpec header;
   // The message's data, in pieces as the transport delivered them.
   absl::Span<const absl::string_view> data;
+  // Keeps the pieces alive (TransposeJob::AppendInput); null when the caller
+  // keeps them alive until the job is destroyed.
+  std::shared_ptr<const void> owner;
 
   uint64_t data_size() const {
     uint64_t n = 0;
@@ -38,8 +41,7 @@ std::string SpecToString(const TransposeSpec& spec);
 
 class RequestAssembler {
  public:
-  // Makes the job whose input the data is copied into; called once, with the
-  // first header.
+  // Makes the job the data goes to; called once, with the first header.
   using JobFactory =
       absl::AnyInvocable<absl::StatusOr<std::unique_ptr<TransposeJob>>(
           const TransposeSpec&)>;

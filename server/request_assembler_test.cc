@@ -42,8 +42,7 @@ class RequestAssemblerTest : public ::testing::Test {
 };
 
 std::string InputOf(TransposeJob* job) {
-  return std::string(reinterpret_cast<const char*>(job->input().data()),
-                     job->input().size());
+  return std::string(static_cast<FakeJob*>(job)->input());
 }
 
 TEST_F(RequestAssemblerTest, AssemblesChunksInOrder) {

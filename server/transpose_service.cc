@@ -74,7 +74,8 @@ void FillHeader(const TransposeSpec& spec, v1::TransposeResponse& response) {
 }  // namespace
 
 RequestPart PartOf(const v1::TransposeRequest& header,
-                   absl::Span<const absl::string_view> data) {
+                   absl::Span<const absl::string_view> data,
+                   std::shared_ptr<const void> owner) {
   RequestPart part;
   part.has_header = header.dtype() != v1::DATA_TYPE_UNSPECIFIED ||
                     header.has_shape() ||
@@ -83,6 +84,7 @@ RequestPart PartOf(const v1::TransposeRequest& header,
   part.header.shape = api::FromProto(header.shape());
   part.header.algorithm = api::FromProto(header.algorithm());
   part.data = data;
+  part.owner = std::move(owner);
   return part;
 }
 
@@ -108,7 +110,8 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
   RequestAssembler assembler(
       [this](const TransposeSpec& spec) { return engine_.CreateJob(spec); });
   const absl::string_view data = request->data();
-  absl::Status status = assembler.Add(PartOf(*request, {&data, 1}));
+  // The request outlives the job: no owner needed.
+  absl::Status status = assembler.Add(PartOf(*request, {&data, 1}, nullptr));
   if (status.ok()) status = assembler.Finish();
   if (!status.ok()) {
     reactor->Finish(scope->Finish(status));
@@ -170,7 +173,12 @@ class TransposeService::StreamCall final
       }
       wire::RequestView view;
       absl::Status status = wire::Parse(request_, view);
-      if (status.ok()) status = assembler_.Add(PartOf(view.header, view.data));
+      if (status.ok()) {
+        // The job may hold on to the received slices instead of copying them.
+        auto slices =
+            std::make_shared<std::vector<grpc::Slice>>(std::move(view.slices));
+        status = assembler_.Add(PartOf(view.header, view.data, slices));
+      }
       if (!status.ok()) {
         FinishLocked(status);
         return;

@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "server/access_control.h"
@@ -29,13 +30,16 @@ struct ServiceOptions {
 // One received TransposeRequest as the request assembler takes it: its header
 // fields mapped to core types (the message carries a header when any of them is
 // set), and its data as the transport delivered it. `data` must outlive the
-// part.
+// part; `owner` keeps it alive for the job (null: the caller does, until the
+// job is destroyed).
 RequestPart PartOf(const v1::TransposeRequest& header,
-                   absl::Span<const absl::string_view> data);
+                   absl::Span<const absl::string_view> data,
+                   std::shared_ptr<const void> owner);
 
-// TransposeStream is registered raw (grpc::ByteBuffer): request data is copied
-// straight from the transport's slices into the job, and response data goes out
-// as slices of the job's output.
+// TransposeStream is registered raw (grpc::ByteBuffer): request data goes to
+// the job as the transport's slices (the CPU backend transposes from them in
+// place, the CUDA backend copies them into pinned memory), and response data
+// goes out as slices of the job's output.
 using TransposeServiceBase =
     v1::TransposeService::WithRawCallbackMethod_TransposeStream<
         v1::TransposeService::WithCallbackMethod_Transpose<

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -60,9 +61,10 @@ double EngineSeconds(Backend& backend, const MatrixShape& shape, int count,
                            kernels::Algorithm::kAuto};
   const uint64_t bytes = shape.elements() * 4;
   std::vector<std::unique_ptr<TransposeJob>> jobs;
+  const std::string input(bytes, 1);
   for (int i = 0; i < count; ++i) {
     jobs.push_back(*backend.CreateJob(spec, bytes));
-    std::memset(jobs.back()->input().data(), 1 + i, bytes);
+    jobs.back()->AppendInput({input}, nullptr);
   }
   std::vector<double> seconds;
   for (int r = 0; r < reps + 1; ++r) {

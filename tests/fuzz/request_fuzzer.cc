@@ -85,7 +85,9 @@ void FeedRequests(const uint8_t* data, size_t size) {
     Require(view.header.shape().cols() == reference.shape().cols());
     Require(view.header.shape().batch() == reference.shape().batch());
 
-    const absl::Status added = assembler.Add(PartOf(view.header, view.data));
+    const absl::Status added = assembler.Add(PartOf(
+        view.header, view.data,
+        std::make_shared<std::vector<grpc::Slice>>(std::move(view.slices))));
     Require(assembler.received_bytes() <= assembler.expected_bytes());
     dead = !added.ok();
   }
