@@ -2,6 +2,8 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -17,6 +19,8 @@ constexpr int kLengthDelimited = 2;
 // fields and as views for the large one.
 class SliceReader {
  public:
+  static constexpr uint64_t kMaxSize = std::numeric_limits<int32_t>::max() - 16;
+
   explicit SliceReader(const std::vector<grpc::Slice>& slices)
       : slices_(slices) {
     SkipEmpty();
@@ -40,6 +44,34 @@ class SliceReader {
       if (raw != nullptr) raw->push_back(static_cast<char>(byte));
       value |= static_cast<uint64_t>(byte & 0x7f) << shift;
       if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  // A tag as protobuf reads one: at most 5 bytes, kept to its low 32 bits.
+  // Appends its bytes to `raw`.
+  bool ReadTag(uint32_t& tag, std::string& raw) {
+    tag = 0;
+    for (int i = 0; i < 5; ++i) {
+      uint8_t byte;
+      if (!ReadByte(byte)) return false;
+      raw.push_back(static_cast<char>(byte));
+      tag += static_cast<uint32_t>(byte & 0x7f) << (7 * i);
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  // A length as protobuf reads one: at most 5 bytes, and under 2 GiB less the
+  // 16 bytes protobuf keeps in hand.
+  bool ReadSize(uint64_t& size) {
+    size = 0;
+    for (int i = 0; i < 5; ++i) {
+      uint8_t byte;
+      if (!ReadByte(byte)) return false;
+      if (i == 4 && byte >= 8) return false;
+      size |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
+      if ((byte & 0x80) == 0) return size <= kMaxSize;
     }
     return false;
   }
@@ -96,8 +128,8 @@ bool CopyField(SliceReader& reader, uint64_t tag, std::string& rest,
     case 3:
       if (depth >= 100) return false;
       while (true) {
-        uint64_t inner;
-        if (!reader.ReadVarint(inner, &rest)) return false;
+        uint32_t inner;
+        if (!reader.ReadTag(inner, rest)) return false;
         if ((inner & 7) == 4) return (inner >> 3) == (tag >> 3);
         if (!CopyField(reader, inner, rest, depth + 1)) return false;
       }
@@ -122,15 +154,17 @@ absl::Status ParseView(const grpc::ByteBuffer& buffer,
   SliceReader reader(view.slices);
   std::string
       rest;  // Every field but data, re-encoded for the generated parser.
+  // The data field is found the way protobuf finds it, so both agree on
+  // every input (tests/fuzz/request_fuzzer.cc checks).
   while (!reader.AtEnd()) {
-    uint64_t tag;
+    uint32_t tag;
     std::string tag_bytes;
-    if (!reader.ReadVarint(tag, &tag_bytes)) return malformed;
-    const uint64_t field = tag >> 3;
+    if (!reader.ReadTag(tag, tag_bytes)) return malformed;
+    const uint32_t field = tag >> 3;
     const int wire_type = static_cast<int>(tag & 7);
     if (field == kDataField && wire_type == kLengthDelimited) {
       uint64_t length;
-      if (!reader.ReadVarint(length, nullptr)) return malformed;
+      if (!reader.ReadSize(length)) return malformed;
       view.data.clear();  // The last occurrence wins.
       if (!reader.Take(length, &view.data, nullptr)) return malformed;
       continue;

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 
 namespace transpose::wire {
@@ -121,6 +122,45 @@ TEST(WireTest, SkipsUnknownGroupsAsProtobufDoes) {
   const std::string mismatched("\x4b\x54", 2);
   EXPECT_FALSE(reference.ParseFromString(mismatched));
   EXPECT_FALSE(Parse(Split(mismatched, {}), view).ok());
+}
+
+// Tags and lengths in encodings protobuf reads in its own way: over-long, past
+// 32 bits, past 2 GiB. The fuzzer found the 10-byte length.
+TEST(WireTest, AgreesWithProtobufOnOddVarints) {
+  const std::string cases[] = {
+      // data, its length in 10 bytes whose bits past 64 are lost.
+      std::string("\x1a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x1a", 11),
+      // data "AB", its length in 5 bytes.
+      std::string("\x1a\x82\x80\x80\x80\x00"
+                  "AB",
+                  8),
+      // data, its length 2^31 - 1 (past protobuf's limit).
+      std::string("\x1a\xff\xff\xff\xff\x07", 6),
+      // data "AB" under a 5-byte tag whose bits past 32 protobuf drops.
+      std::string("\x9a\x80\x80\x80\x10\x02"
+                  "AB",
+                  8),
+      // The data tag in 6 bytes: too long for protobuf.
+      std::string("\x9a\x80\x80\x80\x80\x00\x02"
+                  "AB",
+                  9),
+      // The data tag in 3 bytes, then "AB".
+      std::string("\x9a\x80\x00\x02"
+                  "AB",
+                  6),
+      // dtype (field 1) under a 6-byte tag.
+      std::string("\x88\x80\x80\x80\x80\x00\x01", 7),
+  };
+  for (const std::string& bytes : cases) {
+    v1::TransposeRequest reference;
+    const bool reference_parsed = reference.ParseFromString(bytes);
+    RequestView view;
+    const bool parsed = Parse(Split(bytes, {1}), view).ok();
+    EXPECT_EQ(parsed, reference_parsed) << absl::CEscape(bytes);
+    if (parsed && reference_parsed) {
+      EXPECT_EQ(Joined(view.data), reference.data()) << absl::CEscape(bytes);
+    }
+  }
 }
 
 TEST(WireTest, RejectsMalformedMessages) {
