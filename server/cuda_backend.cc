@@ -59,7 +59,9 @@ class PinnedAllocator final : public MemoryAllocator {
  public:
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     void* data = nullptr;
-    cudaError_t error = cudaHostAlloc(&data, bytes, cudaHostAllocPortable);
+    // Mapped, so that small jobs' kernels can read and write it directly.
+    cudaError_t error = cudaHostAlloc(
+        &data, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
     if (error != cudaSuccess) {
       cudaGetLastError();  // Not sticky; clear it.
       return absl::ResourceExhaustedError(
@@ -114,9 +116,12 @@ class CudaBackend final : public Backend {
   Slot& AcquireSlot();
   void ReleaseSlot(Slot& slot);
   absl::Status EnsureCapacity(Slot& slot, size_t bytes);
-  // Runs one job on a stream thread: copy in, transpose, copy out, wait.
-  absl::Status Execute(const TransposeSpec& spec, uint64_t bytes, uint8_t* host,
-                       TransposeStats& stats);
+  // Runs one job on a stream thread: copy in, transpose, copy out, wait. With
+  // `output` apart from `input` (both pinned), the kernel reads and writes the
+  // host memory directly instead; otherwise the result comes back into
+  // `input`.
+  absl::Status Execute(const TransposeSpec& spec, uint64_t bytes,
+                       uint8_t* input, uint8_t* output, TransposeStats& stats);
   // Marks the device unhealthy after a sticky error.
   absl::Status Check(cudaError_t error, absl::string_view what);
 
@@ -139,12 +144,14 @@ class CudaBackend final : public Backend {
 
 class CudaBackend::Job final : public TransposeJob {
  public:
+  // `mapped_output` is empty unless the kernel works on the host buffers.
   Job(CudaBackend& backend, const TransposeSpec& spec, uint64_t bytes,
-      BufferPool::Buffer host)
+      BufferPool::Buffer host, BufferPool::Buffer mapped_output)
       : backend_(backend),
         spec_(spec),
         bytes_(bytes),
         host_(std::move(host)),
+        mapped_output_(std::move(mapped_output)),
         created_(absl::Now()) {}
 
   void AppendInput(absl::Span<const absl::string_view> pieces,
@@ -152,8 +159,11 @@ class CudaBackend::Job final : public TransposeJob {
     // Into pinned memory, which the copy to the device needs.
     received_ = CopyPieces(pieces, host_.span(), received_);
   }
-  // The result is copied back into the same pinned buffer the input came from.
-  absl::Span<const uint8_t> output() const override { return host_.span(); }
+  // The result is copied back into the same pinned buffer the input came from,
+  // or written by the kernel into its own.
+  absl::Span<const uint8_t> output() const override {
+    return mapped_output_.size() > 0 ? mapped_output_.span() : host_.span();
+  }
   const TransposeStats& stats() const override { return stats_; }
 
   void Run(JobDoneCallback done) override {
@@ -162,7 +172,8 @@ class CudaBackend::Job final : public TransposeJob {
         [this, queued = absl::Now(), done = std::move(done)]() mutable {
           stats_.queue_seconds = absl::ToDoubleSeconds(absl::Now() - queued);
           absl::Status status =
-              backend_.Execute(spec_, bytes_, host_.data(), stats_);
+              backend_.Execute(spec_, bytes_, host_.data(),
+                               const_cast<uint8_t*>(output().data()), stats_);
           stats_.total_seconds = absl::ToDoubleSeconds(absl::Now() - created_);
           backend_.load_.fetch_sub(1, std::memory_order_relaxed);
           std::move(done)(std::move(status));
@@ -174,6 +185,7 @@ class CudaBackend::Job final : public TransposeJob {
   const TransposeSpec spec_;
   const uint64_t bytes_;
   BufferPool::Buffer host_;
+  BufferPool::Buffer mapped_output_;
   uint64_t received_ = 0;
   const absl::Time created_;
   TransposeStats stats_;
@@ -310,7 +322,12 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
     return absl::UnavailableError(absl::StrCat(info_.name, " is unhealthy"));
   }
   TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer host, pinned_.Acquire(bytes));
-  return std::make_unique<Job>(*this, spec, bytes, std::move(host));
+  BufferPool::Buffer mapped_output;
+  if (bytes <= options_.mapped_max_bytes) {
+    TRANSPOSE_ASSIGN_OR_RETURN(mapped_output, pinned_.Acquire(bytes));
+  }
+  return std::make_unique<Job>(*this, spec, bytes, std::move(host),
+                               std::move(mapped_output));
 }
 
 Slot& CudaBackend::AcquireSlot() {
@@ -363,26 +380,40 @@ absl::Status CudaBackend::EnsureCapacity(Slot& slot, size_t bytes) {
 }
 
 absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
-                                  uint8_t* host, TransposeStats& stats) {
+                                  uint8_t* input, uint8_t* output,
+                                  TransposeStats& stats) {
   if (!healthy()) {
     return absl::UnavailableError(absl::StrCat(info_.name, " is unhealthy"));
   }
   Slot& slot = AcquireSlot();
   absl::Cleanup release = [&] {
-    // On an error path a copy may still be reading `host`, which the caller
-    // frees next.
+    // On an error path a copy or kernel may still be using the host buffers,
+    // which the caller frees next.
     cudaStreamSynchronize(slot.stream);
     ReleaseSlot(slot);
   };
-  TRANSPOSE_RETURN_IF_ERROR(EnsureCapacity(slot, bytes));
-
+  // Small jobs' kernels work on the pinned host buffers directly; the rest copy
+  // in and out of the slot's device buffers.
+  const bool on_host = output != input;
   kernels::TransposeArgs args;
   args.element_size = ElementSize(spec.dtype);
   args.batch = spec.shape.batch;
   args.rows = spec.shape.rows;
   args.cols = spec.shape.cols;
-  args.input = slot.device_input;
-  args.output = slot.device_output;
+  if (on_host) {
+    void* device_input = nullptr;
+    void* device_output = nullptr;
+    TRANSPOSE_RETURN_IF_ERROR(
+        Check(cudaHostGetDevicePointer(&device_input, input, 0), "map input"));
+    TRANSPOSE_RETURN_IF_ERROR(Check(
+        cudaHostGetDevicePointer(&device_output, output, 0), "map output"));
+    args.input = device_input;
+    args.output = device_output;
+  } else {
+    TRANSPOSE_RETURN_IF_ERROR(EnsureCapacity(slot, bytes));
+    args.input = slot.device_input;
+    args.output = slot.device_output;
+  }
   TRANSPOSE_RETURN_IF_ERROR(kernels::CanImplement(spec.algorithm, args));
 
   cudaStream_t stream = slot.stream;
@@ -390,42 +421,52 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
       jobs_started_.fetch_add(1) >= options_.testing_fault_after_jobs) {
     kernels::internal::LaunchFaultForTesting(stream);
   }
+  // On the host buffers there are no copies, and no events to time them.
+  cudaEvent_t copied_in = on_host ? slot.start : slot.copied_in;
   TRANSPOSE_RETURN_IF_ERROR(
       Check(cudaEventRecord(slot.start, stream), "record"));
-  TRANSPOSE_RETURN_IF_ERROR(
-      Check(cudaMemcpyAsync(slot.device_input, host, bytes,
-                            cudaMemcpyHostToDevice, stream),
-            "copy in"));
-  TRANSPOSE_RETURN_IF_ERROR(
-      Check(cudaEventRecord(slot.copied_in, stream), "record"));
+  if (!on_host) {
+    TRANSPOSE_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(slot.device_input, input, bytes,
+                              cudaMemcpyHostToDevice, stream),
+              "copy in"));
+    TRANSPOSE_RETURN_IF_ERROR(
+        Check(cudaEventRecord(copied_in, stream), "record"));
+  }
   if (absl::Status s = kernels::LaunchTranspose(spec.algorithm, args, stream);
       !s.ok()) {
     Check(cudaPeekAtLastError(), "launch")
         .IgnoreError();  // Only to mark a sticky fault.
     return s;
   }
-  TRANSPOSE_RETURN_IF_ERROR(
-      Check(cudaEventRecord(slot.transposed, stream), "record"));
-  TRANSPOSE_RETURN_IF_ERROR(
-      Check(cudaMemcpyAsync(host, slot.device_output, bytes,
-                            cudaMemcpyDeviceToHost, stream),
-            "copy out"));
   // Small jobs finish in tens of microseconds: spinning on them beats the
   // wake-up of a sleeping thread. Larger ones let the thread sleep, not spin a
-  // core for milliseconds.
+  // core for milliseconds. Kernel completion makes an on-host kernel's writes
+  // to host memory visible.
   constexpr uint64_t kSpinMaxBytes = 1 << 20;
   cudaEvent_t copied_out =
       bytes <= kSpinMaxBytes ? slot.copied_out : slot.copied_out_sleeping;
+  cudaEvent_t transposed = on_host ? copied_out : slot.transposed;
   TRANSPOSE_RETURN_IF_ERROR(
-      Check(cudaEventRecord(copied_out, stream), "record"));
+      Check(cudaEventRecord(transposed, stream), "record"));
+  if (!on_host) {
+    TRANSPOSE_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(output, slot.device_output, bytes,
+                              cudaMemcpyDeviceToHost, stream),
+              "copy out"));
+    TRANSPOSE_RETURN_IF_ERROR(
+        Check(cudaEventRecord(copied_out, stream), "record"));
+  }
   TRANSPOSE_RETURN_IF_ERROR(
       Check(cudaEventSynchronize(copied_out), "transpose"));
 
   stats.backend = info_.name;
   stats.algorithm = std::string(kernels::KernelName(spec.algorithm, args));
-  stats.copy_in_seconds = ElapsedMs(slot.start, slot.copied_in) * 1e-3;
-  stats.copy_out_seconds = ElapsedMs(slot.transposed, copied_out) * 1e-3;
-  SetKernelTime(ElapsedMs(slot.copied_in, slot.transposed) * 1e-3, bytes,
+  stats.copy_in_seconds = ElapsedMs(slot.start, copied_in) * 1e-3;
+  stats.copy_out_seconds = ElapsedMs(transposed, copied_out) * 1e-3;
+  // On the host buffers, the kernel's time includes its reads and writes across
+  // PCIe.
+  SetKernelTime(ElapsedMs(copied_in, transposed) * 1e-3, bytes,
                 info_.copy_bandwidth_bytes_per_second, stats);
   metrics_.RecordKernel(*series_, stats, bytes);
   return absl::OkStatus();

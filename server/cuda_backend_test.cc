@@ -91,6 +91,25 @@ TEST_F(CudaBackendTest, ConcurrentJobsOnEveryStreamAreRight) {
   for (const std::string& error : errors) EXPECT_EQ(error, "");
 }
 
+// Jobs up to mapped_max_bytes run their kernel on the pinned host buffers;
+// larger ones, or all with the option at 0, copy through device memory. Both
+// are right, either side of the threshold.
+TEST_F(CudaBackendTest, SmallJobsOnHostMemoryAndCopiedJobsAreRight) {
+  for (uint64_t mapped_max_bytes : {uint64_t{64} << 10, uint64_t{0}}) {
+    CudaBackendOptions options;
+    options.mapped_max_bytes = mapped_max_bytes;
+    std::unique_ptr<Backend> backend = MakeBackend(options);
+    ASSERT_NE(backend, nullptr);
+    for (const MatrixShape& shape :
+         {MatrixShape{1, 1, 1}, MatrixShape{1, 64, 64}, MatrixShape{3, 31, 33},
+          MatrixShape{1, 128, 128}, MatrixShape{1, 129, 128}}) {
+      absl::Status status;
+      EXPECT_EQ(RunJob(*backend, shape, &status), "")
+          << mapped_max_bytes << " " << ShapeToString(shape);
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, OutOfDeviceMemoryIsResourceExhaustedAndPasses) {
   std::unique_ptr<Backend> backend = MakeBackend();
   ASSERT_NE(backend, nullptr);
