@@ -28,7 +28,7 @@
 #include "client/npy.h"
 #include "client/progress_bar.h"
 #include "proto/convert.h"
-#include "server/core/heap.h"
+#include "server/core/process.h"
 
 ABSL_FLAG(std::string, server, "localhost:50051",
           "Server: any gRPC target, e.g. host:port, dns:///svc:50051, "
@@ -328,7 +328,7 @@ int RunBenchCommand() {
 }  // namespace transpose
 
 int main(int argc, char** argv) {
-  transpose::RetainFreedHeapMemory();
+  transpose::SetUpProcess();
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view path) {
     return absl::EndsWith(path, "client/cli_main.cc");

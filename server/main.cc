@@ -27,9 +27,9 @@
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/core/files.h"
-#include "server/core/heap.h"
 #include "server/core/log.h"
 #include "server/core/notification.h"
+#include "server/core/process.h"
 #include "server/core/status_macros.h"
 #include "server/cpu_backend.h"
 #include "server/cuda_backend.h"
@@ -329,7 +329,7 @@ int Run() {
 }  // namespace transpose
 
 int main(int argc, char** argv) {
-  transpose::RetainFreedHeapMemory();
+  transpose::SetUpProcess();
   // --help lists this file's flags (the library's own, e.g. absl's, stay under
   // --helpfull).
   absl::FlagsUsageConfig usage;

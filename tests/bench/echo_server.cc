@@ -18,8 +18,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "server/core/heap.h"
 #include "server/core/notification.h"
+#include "server/core/process.h"
 #include "transpose/v1/transpose.grpc.pb.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:0", "Listening address.");
@@ -155,9 +155,9 @@ class EchoService final : public v1::TransposeService::CallbackService {
 }  // namespace transpose
 
 int main(int argc, char** argv) {
-  // The same heap settings as transpose_server: the comparison is about the
-  // transpose, not the allocator.
-  transpose::RetainFreedHeapMemory();
+  // The same process settings as transpose_server: the comparison is about
+  // the transpose.
+  transpose::SetUpProcess();
   absl::ParseCommandLine(argc, argv);
   transpose::EchoService service;
   grpc::ServerBuilder builder;

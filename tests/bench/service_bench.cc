@@ -25,7 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "server/core/heap.h"
+#include "server/core/process.h"
 #include "tests/server_process.h"
 
 ABSL_FLAG(std::string, server_binary, "",
@@ -291,7 +291,7 @@ int Run() {
 }  // namespace transpose
 
 int main(int argc, char** argv) {
-  transpose::RetainFreedHeapMemory();
+  transpose::SetUpProcess();
   absl::ParseCommandLine(argc, argv);
   return transpose::Run();
 }

@@ -1,0 +1,19 @@
+// Process-wide settings shared by the programs that move matrices over gRPC:
+// transpose_server, the transpose CLI, and the benchmarks' client and echo
+// server (which take them too, so that comparisons are about the transpose).
+#ifndef TRANSPOSE_SERVER_CORE_PROCESS_H_
+#define TRANSPOSE_SERVER_CORE_PROCESS_H_
+
+namespace transpose {
+
+// Call first thing in main, in programs (not libraries):
+// - RetainFreedHeapMemory (server/core/heap.h);
+// - absl::Mutex deadlock detection off. Debian's Abseil is built with it on,
+//   and gRPC takes an absl::Mutex for nearly everything it does: with 64
+//   callers of 64x64 transposes on the 2-core machine, the detector's graph
+//   bookkeeping was 6% of the server's CPU.
+void SetUpProcess();
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_CORE_PROCESS_H_
