@@ -34,6 +34,16 @@ struct TransposeSpec {
   }
 };
 
+// The kernels' args for `spec`: its element size and shape, no buffers yet.
+inline kernels::TransposeArgs ArgsOf(const TransposeSpec& spec) {
+  kernels::TransposeArgs args;
+  args.element_size = ElementSize(spec.dtype);
+  args.batch = spec.shape.batch;
+  args.rows = spec.shape.rows;
+  args.cols = spec.shape.cols;
+  return args;
+}
+
 // Called once when a job finishes: OK, or why it failed.
 using JobDoneCallback = absl::AnyInvocable<void(absl::Status) &&>;
 

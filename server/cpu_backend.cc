@@ -52,15 +52,6 @@ double CalibrateCopyBandwidth(uint64_t bytes, int threads) {
   return 2.0 * static_cast<double>(bytes) / seconds[seconds.size() / 2];
 }
 
-kernels::TransposeArgs ArgsOf(const TransposeSpec& spec) {
-  kernels::TransposeArgs args;
-  args.element_size = ElementSize(spec.dtype);
-  args.batch = spec.shape.batch;
-  args.rows = spec.shape.rows;
-  args.cols = spec.shape.cols;
-  return args;
-}
-
 }  // namespace
 
 // A job that may start before its input is complete: as whole bands of rows

@@ -395,11 +395,7 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
   // Small jobs' kernels work on the pinned host buffers directly; the rest copy
   // in and out of the slot's device buffers.
   const bool on_host = output != input;
-  kernels::TransposeArgs args;
-  args.element_size = ElementSize(spec.dtype);
-  args.batch = spec.shape.batch;
-  args.rows = spec.shape.rows;
-  args.cols = spec.shape.cols;
+  kernels::TransposeArgs args = ArgsOf(spec);
   if (on_host) {
     void* device_input = nullptr;
     void* device_output = nullptr;
