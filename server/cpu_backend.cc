@@ -138,6 +138,9 @@ class CpuBackend::Job final : public TransposeJob {
     std::condition_variable idle_changed;
     int pending = 0;
     bool last_added = false;
+    // When the band with the matrix's last rows started (it may start before
+    // Run, when the upload fills it).
+    absl::Time last_band_start;
     double kernel_seconds = 0;
     absl::Status status;
     bool idle = true;
@@ -155,7 +158,7 @@ class CpuBackend::Job final : public TransposeJob {
     while ((ready - scheduled_rows_) * row_bytes >= band_bytes) {
       const uint64_t end =
           OnGranule(std::min(ready, scheduled_rows_ + band_rows));
-      if (end <= scheduled_rows_) break;  // Cannot happen: a granule is ahead.
+      if (end <= scheduled_rows_) break;  // Only with incremental_band_bytes 0.
       Schedule(end, /*last=*/false);
     }
   }
@@ -204,8 +207,10 @@ class CpuBackend::Job final : public TransposeJob {
     Metrics::BackendSeries& series = *backend_.series_;
     series.busy_streams->Increment();
     const absl::Time start = absl::Now();
-    if (range.last == args_.batch * args_.rows)
-      stats_.queue_seconds = absl::ToDoubleSeconds(start - run_at_);
+    if (range.last == args_.batch * args_.rows) {
+      std::lock_guard<std::mutex> lock(bands_->mutex);
+      bands_->last_band_start = start;
+    }
     const absl::Status status = Transpose(range, std::move(held));
     const absl::Time end = absl::Now();
     series.busy_streams->Decrement();
@@ -236,6 +241,7 @@ class CpuBackend::Job final : public TransposeJob {
     std::shared_ptr<Bands> bands = bands_;
     absl::Status result;
     double kernel_seconds;
+    absl::Time last_band_start;
     bool complete;
     {
       std::lock_guard<std::mutex> lock(bands->mutex);
@@ -245,10 +251,14 @@ class CpuBackend::Job final : public TransposeJob {
       complete = bands->idle && bands->last_added;
       result = bands->status;
       kernel_seconds = bands->kernel_seconds;
+      last_band_start = bands->last_band_start;
     }
     // `bands` outlives a job destroyed the moment this wakes its destructor.
     bands->idle_changed.notify_all();
     if (!complete) return;
+    // Complete means Run has added its band, so run_at_ is written.
+    stats_.queue_seconds =
+        std::max(0.0, absl::ToDoubleSeconds(last_band_start - run_at_));
     stats_.total_seconds = absl::ToDoubleSeconds(absl::Now() - created_);
     // With bands spread over the upload, the kernel time is the sum of their
     // times.
@@ -269,8 +279,8 @@ class CpuBackend::Job final : public TransposeJob {
   BufferPool::Buffer output_;
   const absl::Time created_;
   kernels::TransposeArgs args_;
-  // Written by the caller's thread (AppendInput, then Run) before the bands
-  // that read them.
+  // Written by the caller's thread (AppendInput, then Run); run_at_ is read
+  // only once Run has added its band.
   uint64_t received_ = 0;
   uint64_t scheduled_rows_ = 0;
   // Received pieces not yet handed to a band in full (from_pieces_ only).
