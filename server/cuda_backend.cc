@@ -127,6 +127,8 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const CudaBackendOptions options_;
+  // options_.mapped_max_bytes, or 0 where the device cannot map host memory.
+  uint64_t mapped_max_bytes_ = 0;
   Metrics& metrics_;
   Metrics::BackendSeries* series_ = nullptr;
   BackendInfo info_;
@@ -217,6 +219,12 @@ absl::Status CudaBackend::Init() {
   info_.name = absl::StrCat("cuda:", device_);
   info_.device_name = properties.name;
   info_.total_memory_bytes = properties.totalGlobalMem;
+  // Kernels on host memory need the device to map it (every GPU this toolkit
+  // supports can, with unified addressing); otherwise every job copies.
+  mapped_max_bytes_ =
+      properties.canMapHostMemory && properties.unifiedAddressing
+          ? options_.mapped_max_bytes
+          : 0;
   char pci_bus_id[64] = {};
   TRANSPOSE_RETURN_IF_ERROR(
       CudaStatus(cudaDeviceGetPCIBusId(pci_bus_id, sizeof(pci_bus_id), device_),
@@ -323,7 +331,7 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
   }
   TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer host, pinned_.Acquire(bytes));
   BufferPool::Buffer mapped_output;
-  if (bytes <= options_.mapped_max_bytes) {
+  if (bytes <= mapped_max_bytes_) {
     TRANSPOSE_ASSIGN_OR_RETURN(mapped_output, pinned_.Acquire(bytes));
   }
   return std::make_unique<Job>(*this, spec, bytes, std::move(host),
