@@ -14,16 +14,16 @@ namespace transpose {
 namespace {
 
 // Page faults taken by a fresh thread that, `rounds` times, allocates 16 MiB
-// in 2 MiB blocks (the size of gRPC's large socket reads), writes them and
+// in 64 KiB blocks (the slices gRPC reads a socket into), writes them and
 // frees them all, counting from the second round on.
 long FaultsAfterFirstRound(int rounds) {
   long faults = 0;
   std::thread thread([&] {
-    constexpr size_t kBlock = size_t{2} << 20;
+    constexpr size_t kBlock = size_t{64} << 10;
     long first_round_end = 0;
     for (int round = 0; round < rounds; ++round) {
       std::vector<void*> blocks;
-      for (int i = 0; i < 8; ++i) {
+      for (size_t i = 0; i < (size_t{16} << 20) / kBlock; ++i) {
         void* block = std::malloc(kBlock);
         std::memset(block, round + 1, kBlock);
         blocks.push_back(block);
