@@ -164,7 +164,7 @@ class CudaBackend::Job final : public TransposeJob {
   // The result is copied back into the same pinned buffer the input came from,
   // or written by the kernel into its own.
   absl::Span<const uint8_t> output() const override {
-    return mapped_output_.size() > 0 ? mapped_output_.span() : host_.span();
+    return {result(), bytes_};
   }
   const TransposeStats& stats() const override { return stats_; }
 
@@ -174,8 +174,7 @@ class CudaBackend::Job final : public TransposeJob {
         [this, queued = absl::Now(), done = std::move(done)]() mutable {
           stats_.queue_seconds = absl::ToDoubleSeconds(absl::Now() - queued);
           absl::Status status =
-              backend_.Execute(spec_, bytes_, host_.data(),
-                               const_cast<uint8_t*>(output().data()), stats_);
+              backend_.Execute(spec_, bytes_, host_.data(), result(), stats_);
           stats_.total_seconds = absl::ToDoubleSeconds(absl::Now() - created_);
           backend_.load_.fetch_sub(1, std::memory_order_relaxed);
           std::move(done)(std::move(status));
@@ -183,6 +182,10 @@ class CudaBackend::Job final : public TransposeJob {
   }
 
  private:
+  uint8_t* result() const {
+    return mapped_output_.size() > 0 ? mapped_output_.data() : host_.data();
+  }
+
   CudaBackend& backend_;
   const TransposeSpec spec_;
   const uint64_t bytes_;
