@@ -56,6 +56,13 @@ absl::Status CheckRowRange(const TransposeArgs& args, const RowRange& range) {
   return absl::OkStatus();
 }
 
+// Whether a shape that passed CheckShape splits into whole 64-byte blocks, as
+// reading from pieces needs.
+bool HasNoEdgeBlocks(const TransposeArgs& args) {
+  const uint64_t line_elements = 64 / args.element_size;
+  return args.rows % line_elements == 0 && args.cols % line_elements == 0;
+}
+
 }  // namespace
 
 absl::Status TransposeOnCpu(const TransposeArgs& args, int max_threads) {
@@ -77,16 +84,15 @@ absl::Status TransposeRowsOnCpu(const TransposeArgs& args,
 }
 
 bool CanTransposeFromPieces(const TransposeArgs& args) {
-  if (!CheckShape(args).ok()) return false;
-  const uint64_t line_elements = 64 / args.element_size;
-  return args.rows % line_elements == 0 && args.cols % line_elements == 0;
+  return CheckShape(args).ok() && HasNoEdgeBlocks(args);
 }
 
 absl::Status TransposeRowsFromPiecesOnCpu(const TransposeArgs& args,
                                           const RowRange& range,
-                                          absl::Span<const InputPiece> pieces) {
+                                          absl::Span<const InputPiece> pieces,
+                                          int max_threads) {
   if (absl::Status status = CheckShape(args); !status.ok()) return status;
-  if (!CanTransposeFromPieces(args)) {
+  if (!HasNoEdgeBlocks(args)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a %dx%d matrix of %d-byte elements has edge blocks: transpose it "
         "from one buffer",
@@ -112,7 +118,9 @@ absl::Status TransposeRowsFromPiecesOnCpu(const TransposeArgs& args,
         "the input pieces do not cover bytes [%d, %d) without gaps", begin,
         end));
   }
-  Dispatch(args, range, 1, pieces);
+  const int threads =
+      end - begin < kParallelMinBytes ? 1 : CpuThreads(max_threads);
+  Dispatch(args, range, threads, pieces);
   return absl::OkStatus();
 }
 

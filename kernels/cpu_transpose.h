@@ -50,11 +50,14 @@ bool CanTransposeFromPieces(const TransposeArgs& args);
 // As TransposeRowsOnCpu, but the input comes from `pieces` (sorted by offset,
 // without gaps, covering at least the range's bytes) and args.input is
 // ignored: the transpose reads the data where the transport left it instead of
-// after a copy into one buffer. INVALID_ARGUMENT for a shape it does not take,
-// a range off the granule or pieces that do not cover it.
+// after a copy into one buffer. Runs on up to `max_threads` threads (0: one per
+// core), as TransposeOnCpu does; by default on the calling thread alone.
+// INVALID_ARGUMENT for a shape it does not take, a range off the granule or
+// pieces that do not cover it.
 absl::Status TransposeRowsFromPiecesOnCpu(const TransposeArgs& args,
                                           const RowRange& range,
-                                          absl::Span<const InputPiece> pieces);
+                                          absl::Span<const InputPiece> pieces,
+                                          int max_threads = 1);
 
 // Host memcpy of `bytes` split over the same threads TransposeOnCpu would use:
 // the CPU backend's ceiling, measured at start-up like a GPU's device-to-device

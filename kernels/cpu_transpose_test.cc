@@ -175,6 +175,29 @@ TEST(CpuTransposeTest, RowRangesFromPiecesMatchReference) {
   }
 }
 
+// A whole matrix from pieces, split over threads as TransposeOnCpu splits one
+// (from 1 MiB on).
+TEST(CpuTransposeTest, WholeMatrixFromPiecesOnSeveralThreadsMatchesReference) {
+  std::mt19937 rng(11);
+  for (size_t size : {1, 4, 16}) {
+    const Case c{2, 512, 1024};
+    std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
+    for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+    const std::vector<uint8_t> expected =
+        Reference(in, size, c.batch, c.rows, c.cols);
+    const Pieces pieces = CutIntoPieces(in, rng);
+    for (int threads : {2, 0}) {
+      std::vector<uint8_t> out(in.size(), 0xA5);
+      const TransposeArgs args{size,   c.batch, c.rows,
+                               c.cols, nullptr, out.data()};
+      ASSERT_TRUE(TransposeRowsFromPiecesOnCpu(args, {0, c.batch * c.rows},
+                                               pieces.pieces, threads)
+                      .ok());
+      EXPECT_EQ(out, expected) << size << "-byte, threads " << threads;
+    }
+  }
+}
+
 TEST(CpuTransposeTest, FromPiecesRejectsEdgesGapsAndShortPieces) {
   std::vector<uint8_t> in(4 * 128 * 32), out(in.size());
   const TransposeArgs args{4, 1, 128, 32, nullptr, out.data()};

@@ -221,16 +221,18 @@ class CpuBackend::Job final : public TransposeJob {
   // the transport's is held.
   absl::Status Transpose(kernels::RowRange range,
                          std::vector<HeldPiece> held) const {
+    // The whole matrix at once gets every thread; a band, one worker.
+    const bool whole =
+        range.first == 0 && range.last == args_.batch * args_.rows;
+    const int threads_per_job = backend_.options_.threads_per_job;
     if (from_pieces_) {
       std::vector<kernels::InputPiece> pieces;
       pieces.reserve(held.size());
       for (const HeldPiece& piece : held) pieces.push_back(piece.piece);
-      return kernels::TransposeRowsFromPiecesOnCpu(args_, range, pieces);
+      return kernels::TransposeRowsFromPiecesOnCpu(args_, range, pieces,
+                                                   whole ? threads_per_job : 1);
     }
-    if (range.first == 0 && range.last == args_.batch * args_.rows) {
-      // The whole matrix at once gets every thread; a band, one worker.
-      return kernels::TransposeOnCpu(args_, backend_.options_.threads_per_job);
-    }
+    if (whole) return kernels::TransposeOnCpu(args_, threads_per_job);
     return kernels::TransposeRowsOnCpu(args_, range);
   }
 
