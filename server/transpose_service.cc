@@ -107,19 +107,28 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
     return reactor;
   }
 
-  RequestAssembler assembler(
-      [this](const TransposeSpec& spec) { return engine_.CreateJob(spec); });
-  const absl::string_view data = request->data();
-  // The request outlives the job: no owner needed.
-  absl::Status status = assembler.Add(PartOf(*request, {&data, 1}, nullptr));
-  if (status.ok()) status = assembler.Finish();
+  // The job reads the request in place, with no owner: gRPC keeps the request
+  // until the call is finished, and every path below destroys the job before
+  // it finishes the call.
+  absl::Status status;
+  TransposeSpec spec;
+  std::shared_ptr<TransposeJob> job;
+  {
+    RequestAssembler assembler(
+        [this](const TransposeSpec& spec) { return engine_.CreateJob(spec); });
+    const absl::string_view data = request->data();
+    status = assembler.Add(PartOf(*request, {&data, 1}, nullptr));
+    if (status.ok()) status = assembler.Finish();
+    if (status.ok()) {
+      spec = assembler.spec();
+      job = assembler.job();
+    }
+  }  // A refused job, and any band still reading the request, ends here.
   if (!status.ok()) {
     reactor->Finish(scope->Finish(status));
     return reactor;
   }
 
-  const TransposeSpec spec = assembler.spec();
-  std::shared_ptr<TransposeJob> job = assembler.job();
   TransposeJob& job_ref = *job;
   job_ref.Run([job = std::move(job), spec, response, reactor,
                scope = std::move(scope)](absl::Status status) mutable {

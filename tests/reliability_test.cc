@@ -185,6 +185,28 @@ TEST_F(ReliabilityTest, AClientThatDiesMidUploadLeavesNothingBehind) {
   EXPECT_TRUE(Transpose(*client, 64, 64).ok());
 }
 
+// A unary request large enough that the CPU backend starts transposing bands
+// of its rows in place before the request is checked, but shorter than its
+// header says: it is refused as such, what it held is given back once those
+// bands stop, and the server goes on serving.
+TEST_F(ReliabilityTest, AShortUnaryRequestIsRefusedAfterItsBandsStop) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  v1::TransposeRequest request = Header(4096, 4096);  // Declares 64 MiB.
+  request.set_data(std::string(60 * kMiB, '\1'));
+  for (int i = 0; i < 4; ++i) {
+    grpc::ClientContext context;
+    v1::TransposeResponse response;
+    const grpc::Status status = stub->Transpose(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("shorter than declared"));
+  }
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+  EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
+}
+
 TEST_F(ReliabilityTest,
        DrainTurnsUnreadyRefusesNewCallsAndFinishesRunningOnes) {
   auto server = Start({"--drain_seconds=10", "--unready_seconds=1.5"});
