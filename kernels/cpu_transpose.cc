@@ -34,7 +34,10 @@ namespace {
 void Dispatch(const TransposeArgs& args, const RowRange& range, int threads,
               absl::Span<const InputPiece> pieces = {}) {
   static const bool avx2 = internal::HaveAvx2();
-  if (avx2) {
+  static const bool avx512 = internal::HaveAvx512();
+  if (avx512 && internal::Avx512Takes(args)) {
+    internal::TransposeAvx512(args, range, threads, pieces);
+  } else if (avx2) {
     internal::TransposeAvx2(args, range, threads, pieces);
   } else {
     internal::TransposePortable(args, range, threads, pieces);

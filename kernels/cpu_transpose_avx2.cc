@@ -25,6 +25,7 @@ void Store(void* p, __m256i v) {
 // Moving whole cache lines between memory and a block's local buffer, for every
 // element size.
 struct Avx2Lines {
+  static constexpr bool kWholeLines = false;
   static void LoadLine(void* line, const void* src) {
     const auto* s = static_cast<const __m256i*>(src);
     auto* l = static_cast<__m256i*>(line);

@@ -49,9 +49,9 @@ TEST(CpuTransposeTest, MatchesReferenceForEveryElementSizeAndShape) {
   }
 }
 
-// Both builds of the tiled transpose, whichever one TransposeOnCpu picks on
-// this CPU.
-TEST(CpuTransposeTest, PortableAndAvx2BuildsMatchReference) {
+// Every build of the tiled transpose this CPU runs, whichever one
+// TransposeOnCpu picks.
+TEST(CpuTransposeTest, PortableAndVectorBuildsMatchReference) {
   std::mt19937 rng(5);
   for (size_t size : {1, 2, 4, 8, 16}) {
     for (Case c : {Case{1, 129, 131}, Case{2, 40, 300}, Case{1, 1, 77},
@@ -71,6 +71,11 @@ TEST(CpuTransposeTest, PortableAndAvx2BuildsMatchReference) {
         std::fill(out.begin(), out.end(), 0xA5);
         internal::TransposeAvx2(args, {0, c.batch * c.rows}, 2, {});
         EXPECT_EQ(out, expected) << "avx2 " << size;
+      }
+      if (internal::HaveAvx512() && internal::Avx512Takes(args)) {
+        std::fill(out.begin(), out.end(), 0xA5);
+        internal::TransposeAvx512(args, {0, c.batch * c.rows}, 2, {});
+        EXPECT_EQ(out, expected) << "avx512 " << size;
       }
     }
   }
@@ -171,6 +176,13 @@ TEST(CpuTransposeTest, RowRangesFromPiecesMatchReference) {
       std::fill(out.begin(), out.end(), 0xA5);
       internal::TransposeAvx2(args, {0, 256}, 1, needed({0, 256}));
       EXPECT_EQ(out, expected) << "avx2 " << size;
+    }
+    if (internal::HaveAvx512() && internal::Avx512Takes(args)) {
+      std::fill(out.begin(), out.end(), 0xA5);
+      internal::TransposeAvx512(args, {64, 192}, 1, needed({64, 192}));
+      internal::TransposeAvx512(args, {0, 64}, 1, needed({0, 64}));
+      internal::TransposeAvx512(args, {192, 256}, 1, needed({192, 256}));
+      EXPECT_EQ(out, expected) << "avx512 " << size;
     }
   }
 }

@@ -54,6 +54,11 @@ class ContiguousInput {
         Micro::LoadLine(block + i * kEdge, first_ + i * cols_ + c0);
       }
     }
+    // Points lines[i] at the strip's line i from column c0; `scratch` (kEdge x
+    // kEdge) is unused here.
+    void Lines(uint64_t c0, const T** lines, T* /*scratch*/) {
+      for (uint64_t i = 0; i < kEdge; ++i) lines[i] = first_ + i * cols_ + c0;
+    }
 
    private:
     const T* first_;
@@ -117,6 +122,25 @@ class PieceInput {
       }
     }
 
+    // Points lines[i] at the strip's line i from column c0, where it lies or,
+    // when a piece boundary splits any of them, gathered into `scratch` (kEdge
+    // x kEdge). Columns only grow.
+    void Lines(uint64_t c0, const T** lines, T* scratch) {
+      if (c0 + kEdge > in_place_end_) FindPieces(c0);
+      if (c0 + kEdge <= in_place_end_) {
+        for (uint64_t i = 0; i < kEdge; ++i) {
+          lines[i] =
+              reinterpret_cast<const T*>(row_address_[i] + c0 * sizeof(T));
+        }
+        return;
+      }
+      for (uint64_t i = 0; i < kEdge; ++i) {
+        Gather(i, c0 * sizeof(T),
+               reinterpret_cast<uint8_t*>(scratch + i * kEdge));
+        lines[i] = scratch + i * kEdge;
+      }
+    }
+
    private:
     // Moves each row to the piece holding its line at column c0, and finds
     // how far every row's line can be read in place.
@@ -165,19 +189,23 @@ class PieceInput {
 };
 
 // Transposes every matrix of `args` through square blocks of one cache line's
-// worth of rows and columns (kEdge = 64 / sizeof(T) elements a side). A block's
-// kEdge input lines are read whole into a local buffer, transposed there by
-// Micro::Block in registers, and written out as kEdge whole output lines by
-// Micro::StoreLine, with streaming stores when the output is large and its rows
-// are line-aligned. Reading whole lines at once matters: with power-of-two row
-// strides, all rows of a block fall into one cache set, so a half-read line
-// would be evicted before its second half is used. Threads take strips of kEdge
-// input rows and walk them left to right, so reads are sequential. Edges
-// narrower than a block go element by element. The input comes from `input`
-// (ContiguousInput or PieceInput).
-// Only input rows [first_row, last_row) are transposed, counted across the
-// batch (row r of matrix b is b * rows + r); both bounds are multiples of
-// kCpuRowGranule or ends of a matrix.
+// worth of rows and columns (kEdge = 64 / sizeof(T) elements a side), each
+// written out as kEdge whole output lines, with streaming stores when the
+// output is large and its rows are line-aligned. Two kinds of micro-kernel:
+// - Buffered (AVX2, portable): a block's kEdge input lines are read whole into
+//   a local buffer, transposed there by Micro::Block in sub-blocks, and stored
+//   line by line by Micro::StoreLine.
+// - Whole lines (AVX-512, kWholeLines): one register holds a line, so
+//   Micro::Tile loads the kEdge lines where they lie, transposes them in
+//   registers and stores the result, with no buffer in between.
+// Reading whole lines at once matters: with power-of-two row strides, all rows
+// of a block fall into one cache set, so a half-read line would be evicted
+// before its second half is used. Threads take strips of kEdge input rows and
+// walk them left to right, so reads are sequential. Edges narrower than a block
+// go element by element. The input comes from `input` (ContiguousInput or
+// PieceInput). Only input rows [first_row, last_row) are transposed, counted
+// across the batch (row r of matrix b is b * rows + r); both bounds are
+// multiples of kCpuRowGranule or ends of a matrix.
 template <typename T, typename Micro, typename Input>
 void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
                      uint64_t last_row, int threads, const Input& input) {
@@ -222,16 +250,23 @@ void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
       }
       typename Input::Strip strip = input.StartStrip(b * rows + r0);
       for (uint64_t c0 = 0; c0 < c_full; c0 += kEdge) {
-        strip.template Load<Micro>(c0, block_in);
-        for (uint64_t c = 0; c < kEdge; c += kBlock) {
-          for (uint64_t r = 0; r < kEdge; r += kBlock) {
-            Micro::Block(block_in + r * kEdge + c, kEdge,
-                         block_out + c * kEdge + r, kEdge);
+        T* const tile_out = dst + c0 * rows + r0;
+        if constexpr (Micro::kWholeLines) {
+          const T* lines[kEdge];
+          strip.Lines(c0, lines, block_in);
+          Micro::Tile(lines, tile_out, rows, stream);
+        } else {
+          strip.template Load<Micro>(c0, block_in);
+          for (uint64_t c = 0; c < kEdge; c += kBlock) {
+            for (uint64_t r = 0; r < kEdge; r += kBlock) {
+              Micro::Block(block_in + r * kEdge + c, kEdge,
+                           block_out + c * kEdge + r, kEdge);
+            }
           }
-        }
-        for (uint64_t j = 0; j < kEdge; ++j) {
-          Micro::StoreLine(dst + (c0 + j) * rows + r0, block_out + j * kEdge,
-                           stream);
+          for (uint64_t j = 0; j < kEdge; ++j) {
+            Micro::StoreLine(tile_out + j * rows, block_out + j * kEdge,
+                             stream);
+          }
         }
       }
       if constexpr (Input::kEdges) {
@@ -284,6 +319,7 @@ void TransposeBySize(const TransposeArgs& args, const RowRange& range,
 // memcpy.
 template <typename T>
 struct ScalarMicro {
+  static constexpr bool kWholeLines = false;
   static constexpr uint64_t kBlock = 64 / sizeof(T) < 8 ? 64 / sizeof(T) : 8;
   static void Block(const T* in, uint64_t in_stride, T* out,
                     uint64_t out_stride) {
@@ -304,6 +340,13 @@ void TransposePortable(const TransposeArgs& args, const RowRange& range,
 bool HaveAvx2();
 void TransposeAvx2(const TransposeArgs& args, const RowRange& range,
                    int threads, absl::Span<const InputPiece> pieces);
+
+// Whether this CPU runs the AVX-512 build, which takes 4-, 8- and 16-byte
+// elements (Avx512Takes), and that build's entry point.
+bool HaveAvx512();
+bool Avx512Takes(const TransposeArgs& args);
+void TransposeAvx512(const TransposeArgs& args, const RowRange& range,
+                     int threads, absl::Span<const InputPiece> pieces);
 
 }  // namespace transpose::kernels::internal
 
