@@ -6,6 +6,8 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -21,6 +23,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -120,6 +123,51 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
   return backends;
 }
 
+// Refuses flag values that cannot work, before anything starts: a zero
+// response chunk would send empty messages forever, a negative count or
+// duration means nothing, and gRPC's message limits are 32-bit.
+absl::Status CheckFlags() {
+  constexpr uint64_t kMaxMessageBytes = INT32_MAX - (1 << 20);
+  const uint64_t message = absl::GetFlag(FLAGS_max_message_bytes);
+  const uint64_t chunk = absl::GetFlag(FLAGS_response_chunk_bytes);
+  if (message == 0 || message > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_message_bytes=%d: expected 1 to %d (gRPC's message limit is "
+        "32-bit)",
+        message, kMaxMessageBytes));
+  }
+  if (chunk == 0 || chunk > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--response_chunk_bytes=%d: expected 1 to %d", chunk,
+                        kMaxMessageBytes));
+  }
+  if (absl::GetFlag(FLAGS_max_matrix_bytes) == 0) {
+    return absl::InvalidArgumentError("--max_matrix_bytes=0: expected > 0");
+  }
+  const std::pair<const char*, int> counts[] = {
+      {"streams_per_device", absl::GetFlag(FLAGS_streams_per_device)},
+      {"cpu_threads", absl::GetFlag(FLAGS_cpu_threads)},
+      {"max_inflight_requests", absl::GetFlag(FLAGS_max_inflight_requests)},
+      {"testing_cuda_fault_after_jobs",
+       absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs)}};
+  for (const auto& [name, value] : counts) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s=%d: expected 0 or more", name, value));
+    }
+  }
+  const std::pair<const char*, double> seconds[] = {
+      {"unready_seconds", absl::GetFlag(FLAGS_unready_seconds)},
+      {"drain_seconds", absl::GetFlag(FLAGS_drain_seconds)}};
+  for (const auto& [name, value] : seconds) {
+    if (!(value >= 0 && value <= 24 * 3600)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s=%g: expected 0 to 86400 seconds", name, value));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Reads the TLS and token files the flags name into the server's options.
 absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server) {
   const std::string cert = absl::GetFlag(FLAGS_tls_cert);
@@ -180,6 +228,10 @@ int Run() {
     return 2;
   }
   SetLogLevel(level);
+  if (absl::Status status = CheckFlags(); !status.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+    return 2;
+  }
 
   auto registry = std::make_shared<prometheus::Registry>();
   Metrics metrics(*registry, TRANSPOSE_VERSION);
