@@ -1,10 +1,13 @@
 #include "server/transpose_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/convert.h"
@@ -65,6 +68,18 @@ class RpcScope {
   const std::string peer_;
   const absl::Time start_;
 };
+
+// Why a call that gRPC ended is over, as the client saw it: its deadline
+// passed, or it was cancelled (by the client, or by gRPC, e.g. for a message
+// over --max_message_bytes).
+absl::Status EndedByTransport(const grpc::CallbackServerContext& context,
+                              absl::string_view what) {
+  if (context.deadline() <= std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(what, ": the call's deadline passed"));
+  }
+  return absl::CancelledError(what);
+}
 
 void FillHeader(const TransposeSpec& spec, v1::TransposeResponse& response) {
   response.set_dtype(api::ToProto(spec.dtype));
@@ -155,6 +170,7 @@ class TransposeService::StreamCall final
  public:
   StreamCall(TransposeService& service, grpc::CallbackServerContext& context)
       : service_(service),
+        context_(context),
         scope_(service.metrics_, service.calls_, RpcMethod::kTransposeStream,
                context),
         assembler_([this](const TransposeSpec& spec) {
@@ -175,9 +191,12 @@ class TransposeService::StreamCall final
       std::lock_guard<std::mutex> lock(mutex_);
       if (finished_) return;
       if (!ok) {
-        // The client half-closed (or the call is going away): no more data will
-        // come.
-        if (!job_started_) FinishLocked(assembler_.Finish());
+        // No more data will come: the client half-closed, or the call is over.
+        if (job_started_) return;
+        FinishLocked(
+            context_.IsCancelled()
+                ? EndedByTransport(context_, "the call ended during the upload")
+                : assembler_.Finish());
         return;
       }
       wire::RequestView view;
@@ -209,8 +228,8 @@ class TransposeService::StreamCall final
     std::lock_guard<std::mutex> lock(mutex_);
     if (finished_) return;
     if (!ok) {
-      FinishLocked(
-          absl::CancelledError("the client stopped reading the response"));
+      FinishLocked(EndedByTransport(context_,
+                                    "the client stopped reading the response"));
       return;
     }
     if (written_ < output_.size() || !stats_sent_) {
@@ -223,7 +242,7 @@ class TransposeService::StreamCall final
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!finished_)
-      FinishLocked(absl::CancelledError("cancelled by the client"));
+      FinishLocked(EndedByTransport(context_, "cancelled by the client"));
   }
 
   void OnDone() override {
@@ -277,6 +296,7 @@ class TransposeService::StreamCall final
   }
 
   TransposeService& service_;
+  grpc::CallbackServerContext& context_;
   RpcScope scope_;
   std::mutex mutex_;
   RequestAssembler assembler_;
