@@ -33,8 +33,9 @@
 ABSL_FLAG(std::string, server, "localhost:50051",
           "Server: any gRPC target, e.g. host:port, dns:///svc:50051, "
           "ipv4:10.0.0.1:50051,10.0.0.2:50051.");
-ABSL_FLAG(absl::Duration, deadline, absl::Minutes(10),
-          "Deadline of each call.");
+ABSL_FLAG(std::optional<absl::Duration>, deadline, std::nullopt,
+          "Deadline of each call (default: 10m for transposes and bench, 5s "
+          "for info and health).");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the server's bearer token (--auth_token_file there).");
 ABSL_FLAG(bool, tls, false,
@@ -99,10 +100,18 @@ int Usage(const std::string& message) {
   return kUsageError;
 }
 
+// The --deadline for this command: info and health answer at once, so a probe
+// of a hung server gives up after seconds rather than the transfers' minutes.
+absl::Duration Deadline(bool quick_call) {
+  const std::optional<absl::Duration> deadline = absl::GetFlag(FLAGS_deadline);
+  if (deadline.has_value()) return *deadline;
+  return quick_call ? absl::Seconds(5) : absl::Minutes(10);
+}
+
 absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
   ClientOptions options;
   options.target = absl::GetFlag(FLAGS_server);
-  options.default_timeout = absl::GetFlag(FLAGS_deadline);
+  options.default_timeout = Deadline(/*quick_call=*/false);
   options.tls = absl::GetFlag(FLAGS_tls);
   const std::pair<std::string, std::string*> files[] = {
       {absl::GetFlag(FLAGS_tls_ca), &options.tls_root_certs_pem},
@@ -222,7 +231,7 @@ int RunInfo() {
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return Fail(client.status());
   absl::StatusOr<v1::ServerInfo> info =
-      (*client)->GetServerInfo(absl::GetFlag(FLAGS_deadline));
+      (*client)->GetServerInfo(Deadline(/*quick_call=*/true));
   if (!info.ok()) return Fail(info.status());
   std::printf("server %s at %s\n", info->version().c_str(),
               absl::GetFlag(FLAGS_server).c_str());
@@ -256,7 +265,7 @@ int RunHealth() {
   if (!client.ok()) return Fail(client.status());
   const std::string service = absl::GetFlag(FLAGS_service);
   absl::StatusOr<bool> serving =
-      (*client)->CheckHealth(service, absl::GetFlag(FLAGS_deadline));
+      (*client)->CheckHealth(service, Deadline(/*quick_call=*/true));
   if (!serving.ok()) return Fail(serving.status());
   std::printf("%s%s\n", *serving ? "SERVING" : "NOT_SERVING",
               service.empty() ? "" : absl::StrCat(" (", service, ")").c_str());
@@ -346,11 +355,20 @@ int main(int argc, char** argv) {
       "SERVING\n"
       "  bench [--concurrency N] [--duration D | --count N] [--shape RxC] "
       "[--dtype T]\n"
-      "Common flags: --server TARGET --deadline D");
+      "Common flags: --server TARGET --deadline D --token_file F --tls "
+      "[--tls_ca F --tls_cert F --tls_key F]");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() != 2) {
     return transpose::Usage(
         "expected one command: transpose, info, health or bench");
+  }
+  if (const std::optional<absl::Duration> deadline =
+          absl::GetFlag(FLAGS_deadline);
+      deadline.has_value() && *deadline <= absl::ZeroDuration()) {
+    return transpose::Usage(
+        absl::StrCat("--deadline=", absl::FormatDuration(*deadline),
+                     ": expected a positive duration, "
+                     "e.g. 30s"));
   }
   const std::string command = positional[1];
   if (command == "transpose") return transpose::RunTranspose();

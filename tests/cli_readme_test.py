@@ -8,6 +8,7 @@ Usage: cli_readme_test.py --repo REPO --cli PATH_TO_transpose [--build_dir DIR]
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,27 @@ class CliReadmeTest(unittest.TestCase):
                                 capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 1)
         self.assertIn("UNAVAILABLE", result.stderr)
+
+    def test_health_of_a_hung_server_gives_up_within_seconds(self):
+        # A listener that accepts and never answers: without --deadline, health and info wait
+        # 5 s, not the transfers' 10 minutes.
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(8)
+            target = f"--server=127.0.0.1:{listener.getsockname()[1]}"
+            for command in ("health", "info"):
+                start = time.time()
+                result = subprocess.run([ARGS.cli, target, command], capture_output=True,
+                                        text=True, timeout=120)
+                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertIn("DEADLINE_EXCEEDED", result.stderr)
+                self.assertLess(time.time() - start, 30, command)
+
+    def test_a_deadline_that_is_not_positive_is_a_usage_error(self):
+        for deadline in ("0s", "-1s"):
+            result = self.cli(f"--deadline={deadline}", "health", check=False)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn("expected a positive duration", result.stderr)
 
 
 if __name__ == "__main__":
