@@ -165,6 +165,7 @@ class PieceInput {
       const InputPiece* piece = piece_[i];
       while (at >= piece->offset + piece->size) ++piece;
       for (uint64_t done = 0; done < kLine; ++piece) {
+        if (piece->size == 0) continue;  // Its data may be null.
         const uint64_t from = at + done - piece->offset;
         const uint64_t n = std::min(kLine - done, piece->size - from);
         std::memcpy(line + done,
