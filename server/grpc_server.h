@@ -31,6 +31,13 @@ struct GrpcServerOptions {
   // Server reflection. It answers without access checks, so a server that
   // checks callers turns it off.
   bool reflection = true;
+  // Keepalive: a connection that carried nothing for `keepalive_time` is
+  // pinged, and closed (cancelling its calls) when no answer comes within
+  // `keepalive_timeout`. This is how the server notices a client that vanished
+  // without closing its connection (host down, network cut), whose calls would
+  // otherwise hold their admission until their deadlines.
+  absl::Duration keepalive_time = absl::Seconds(60);
+  absl::Duration keepalive_timeout = absl::Seconds(20);
 };
 
 class GrpcServer {

@@ -93,6 +93,12 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding a bearer token: calls must send 'authorization: Bearer "
           "<token>' (health checks stay open). Turns server reflection off.");
+ABSL_FLAG(double, keepalive_seconds, 60,
+          "Ping a connection idle this long; close it, cancelling its calls, "
+          "when no answer comes within --keepalive_timeout_seconds (how a "
+          "client that vanished without closing its connection is noticed).");
+ABSL_FLAG(double, keepalive_timeout_seconds, 20,
+          "How long a keepalive ping may go unanswered.");
 ABSL_FLAG(std::string, log_level, "info",
           "debug (a line per request), info, warning (a line per failed "
           "request) or error.");
@@ -156,13 +162,22 @@ absl::Status CheckFlags() {
           absl::StrFormat("--%s=%d: expected 0 or more", name, value));
     }
   }
-  const std::pair<const char*, double> seconds[] = {
-      {"unready_seconds", absl::GetFlag(FLAGS_unready_seconds)},
-      {"drain_seconds", absl::GetFlag(FLAGS_drain_seconds)}};
-  for (const auto& [name, value] : seconds) {
-    if (!(value >= 0 && value <= 24 * 3600)) {
+  struct Seconds {
+    const char* name;
+    double value;
+    double min;
+  };
+  const Seconds durations[] = {
+      {"unready_seconds", absl::GetFlag(FLAGS_unready_seconds), 0},
+      {"drain_seconds", absl::GetFlag(FLAGS_drain_seconds), 0},
+      {"keepalive_seconds", absl::GetFlag(FLAGS_keepalive_seconds), 0.01},
+      {"keepalive_timeout_seconds",
+       absl::GetFlag(FLAGS_keepalive_timeout_seconds), 0.01}};
+  for (const Seconds& duration : durations) {
+    if (!(duration.value >= duration.min && duration.value <= 24 * 3600)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("--%s=%g: expected 0 to 86400 seconds", name, value));
+          absl::StrFormat("--%s=%g: expected %g to 86400 seconds",
+                          duration.name, duration.value, duration.min));
     }
   }
   return absl::OkStatus();
@@ -316,6 +331,10 @@ int Run() {
   server_options.address = absl::GetFlag(FLAGS_address);
   server_options.reflection = !access.enabled();
   server_options.max_message_bytes = service_options.max_message_bytes;
+  server_options.keepalive_time =
+      absl::Seconds(absl::GetFlag(FLAGS_keepalive_seconds));
+  server_options.keepalive_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_keepalive_timeout_seconds));
   server_options.health_service_name =
       v1::TransposeService::service_full_name();
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =

@@ -1,12 +1,17 @@
 // Limits, cancellation, deadlines, disconnects and graceful drain, against the
 // real server binary: each shows the server giving back what a request held
 // (the admission gauges on /metrics go back to zero) and staying up.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -118,6 +123,98 @@ std::pair<int, std::string> RunUntilExit(const std::vector<std::string>& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
 }
 
+// A TCP relay to a server port that can freeze: it then stops moving bytes
+// but keeps every connection open, as a client host that vanished or a cut
+// network leaves them.
+class FreezableRelay {
+ public:
+  explicit FreezableRelay(int server_port) : server_port_(server_port) {
+    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address = Loopback(0);
+    socklen_t length = sizeof(address);
+    if (bind(listener_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        listen(listener_, 8) != 0 ||
+        getsockname(listener_, reinterpret_cast<sockaddr*>(&address),
+                    &length) != 0) {
+      ADD_FAILURE() << "relay cannot listen";
+    }
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~FreezableRelay() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : open_) close(fd);
+    close(listener_);
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  void Freeze() { frozen_ = true; }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return address;
+  }
+
+  // Accepts connections and copies bytes both ways until frozen or stopped.
+  void Run() {
+    std::vector<int> peer;    // peer[j]: where bytes read from open_[j] go.
+    std::vector<bool> ended;  // open_[j] has reached its end.
+    while (!stop_) {
+      std::vector<pollfd> fds = {{listener_, POLLIN, 0}};
+      std::vector<size_t> which;  // fds[i + 1] is open_[which[i]].
+      for (size_t j = 0; j < open_.size() && !frozen_; ++j) {
+        if (ended[j]) continue;
+        fds.push_back({open_[j], POLLIN, 0});
+        which.push_back(j);
+      }
+      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        const int client = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        const int upstream = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const sockaddr_in server = Loopback(server_port_);
+        if (connect(upstream, reinterpret_cast<const sockaddr*>(&server),
+                    sizeof(server)) != 0) {
+          close(client);
+          close(upstream);
+          continue;
+        }
+        open_.insert(open_.end(), {client, upstream});
+        peer.insert(peer.end(), {upstream, client});
+        ended.insert(ended.end(), {false, false});
+        continue;
+      }
+      for (size_t i = 0; i < which.size(); ++i) {
+        if (!(fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const size_t j = which[i];
+        char buffer[64 << 10];
+        const ssize_t n = read(open_[j], buffer, sizeof(buffer));
+        if (n <= 0) {
+          ended[j] = true;
+          shutdown(peer[j], SHUT_WR);
+          continue;
+        }
+        for (ssize_t sent = 0; sent < n;) {
+          const ssize_t m = write(peer[j], buffer + sent, n - sent);
+          if (m <= 0) break;
+          sent += m;
+        }
+      }
+    }
+  }
+
+  const int server_port_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::vector<int> open_;
+  std::atomic<bool> frozen_{false};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 class ReliabilityTest : public ::testing::Test {
  protected:
   std::unique_ptr<Client> Connect(const ServerProcess& server) {
@@ -197,6 +294,38 @@ TEST_F(ReliabilityTest, AnExpiredDeadlineGivesEverythingBack) {
                   "method=\"TransposeStream\"}"),
             1);
   EXPECT_TRUE(Transpose(*client, 1536, 1024).ok());
+}
+
+// A client whose connection goes silent mid-upload, without closing (its host
+// vanished, the network was cut), is noticed by keepalive: its call is
+// cancelled and its admission given back long before its deadline.
+TEST_F(ReliabilityTest, ASilentConnectionIsClosedByKeepalive) {
+  auto server =
+      Start({"--keepalive_seconds=0.5", "--keepalive_timeout_seconds=0.5"});
+  ASSERT_NE(server, nullptr);
+  FreezableRelay relay(server->port());
+  ClientOptions options;
+  options.target = relay.address();
+  auto client = *Client::Create(options);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(120));
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+  v1::TransposeRequest first = Header(1536, 1024);
+  first.set_data(std::string(kMiB, '\1'));
+  ASSERT_TRUE(stream->Write(first));
+  ASSERT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 6.0 * kMiB),
+            6.0 * kMiB);
+  relay.Freeze();
+  EXPECT_EQ(
+      AwaitGauge(*server, "transpose_admitted_bytes", 0, absl::Seconds(15)), 0);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 0), 0);
+  EXPECT_EQ(Gauge(*server,
+                  "transpose_requests_total{code=\"CANCELLED\","
+                  "method=\"TransposeStream\"}"),
+            1);
+  context.TryCancel();
 }
 
 // A client killed in the middle of a 1 GiB upload leaves nothing behind on the
