@@ -242,7 +242,8 @@ class TransposeService::StreamCall final
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!finished_)
-      FinishLocked(EndedByTransport(context_, "cancelled by the client"));
+      FinishLocked(EndedByTransport(
+          context_, "cancelled by the client, or its connection was lost"));
   }
 
   void OnDone() override {
