@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu_transpose.h"
@@ -64,6 +65,19 @@ double MemcpySeconds(uint8_t* dst, const uint8_t* src, size_t bytes) {
   return seconds[seconds.size() / 2];
 }
 
+// Reports the transpose's bandwidth (from the iteration times) next to the
+// reference's, measured in the same run: GBps, <reference>_GBps and
+// of_<reference>.
+void ReportAgainst(benchmark::State& state, uint64_t bytes,
+                   const std::string& reference, double reference_gbps) {
+  const double gigabytes = 2.0 * bytes * state.iterations() / 1e9;
+  state.counters["GBps"] =
+      benchmark::Counter(gigabytes, benchmark::Counter::kIsRate);
+  state.counters[reference + "_GBps"] = reference_gbps;
+  state.counters["of_" + reference] = benchmark::Counter(
+      gigabytes / reference_gbps, benchmark::Counter::kIsRate);
+}
+
 void BM_Transpose(benchmark::State& state) {
   const uint64_t size = state.range(0), rows = state.range(1),
                  cols = state.range(2);
@@ -80,13 +94,7 @@ void BM_Transpose(benchmark::State& state) {
     state.SetIterationTime(
         std::chrono::duration<double>(Clock::now() - start).count());
   }
-  const double memcpy_gbps = 2.0 * bytes / memcpy_seconds / 1e9;
-  state.counters["GBps"] = benchmark::Counter(
-      2.0 * bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
-  state.counters["memcpy_GBps"] = memcpy_gbps;
-  state.counters["of_memcpy"] =
-      benchmark::Counter(2.0 * bytes * state.iterations() / 1e9 / memcpy_gbps,
-                         benchmark::Counter::kIsRate);
+  ReportAgainst(state, bytes, "memcpy", 2.0 * bytes / memcpy_seconds / 1e9);
 }
 
 void BM_TransposeBandsFromPieces(benchmark::State& state) {
@@ -144,14 +152,8 @@ void BM_TransposeBandsFromPieces(benchmark::State& state) {
     benchmark::ClobberMemory();
     state.SetIterationTime(seconds);
   }
-  const double copy_gbps =
-      2.0 * bytes * state.iterations() / copy_seconds / 1e9;
-  state.counters["GBps"] = benchmark::Counter(
-      2.0 * bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
-  state.counters["copy_in_GBps"] = copy_gbps;
-  state.counters["of_copy_in"] =
-      benchmark::Counter(2.0 * bytes * state.iterations() / 1e9 / copy_gbps,
-                         benchmark::Counter::kIsRate);
+  ReportAgainst(state, bytes, "copy_in",
+                2.0 * bytes * state.iterations() / copy_seconds / 1e9);
 }
 
 // {element size, rows, cols}: a 64 MiB float32 request, and the other element
