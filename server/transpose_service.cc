@@ -71,10 +71,14 @@ class RpcScope {
 
 // Why a call that gRPC ended is over, as the client saw it: its deadline
 // passed, or it was cancelled (by the client, or by gRPC, e.g. for a message
-// over --max_message_bytes).
+// over --max_message_bytes). The server's deadline runs from when the header
+// arrived, so the client's own timer fires first and its cancellation can
+// arrive a little before the server's deadline: within kDeadlineSlack of it,
+// the deadline is taken to be the cause.
 absl::Status EndedByTransport(const grpc::CallbackServerContext& context,
                               absl::string_view what) {
-  if (context.deadline() <= std::chrono::system_clock::now()) {
+  constexpr auto kDeadlineSlack = std::chrono::milliseconds(100);
+  if (context.deadline() - kDeadlineSlack <= std::chrono::system_clock::now()) {
     return absl::DeadlineExceededError(
         absl::StrCat(what, ": the call's deadline passed"));
   }

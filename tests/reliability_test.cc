@@ -289,9 +289,10 @@ TEST_F(ReliabilityTest, AnExpiredDeadlineGivesEverythingBack) {
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
   EXPECT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 0), 0);
   // The server counts it as the client saw it.
-  EXPECT_EQ(Gauge(*server,
-                  "transpose_requests_total{code=\"DEADLINE_EXCEEDED\","
-                  "method=\"TransposeStream\"}"),
+  EXPECT_EQ(AwaitGauge(*server,
+                       "transpose_requests_total{code=\"DEADLINE_EXCEEDED\","
+                       "method=\"TransposeStream\"}",
+                       1),
             1);
   EXPECT_TRUE(Transpose(*client, 1536, 1024).ok());
 }
@@ -321,9 +322,10 @@ TEST_F(ReliabilityTest, ASilentConnectionIsClosedByKeepalive) {
   EXPECT_EQ(
       AwaitGauge(*server, "transpose_admitted_bytes", 0, absl::Seconds(15)), 0);
   EXPECT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 0), 0);
-  EXPECT_EQ(Gauge(*server,
-                  "transpose_requests_total{code=\"CANCELLED\","
-                  "method=\"TransposeStream\"}"),
+  EXPECT_EQ(AwaitGauge(*server,
+                       "transpose_requests_total{code=\"CANCELLED\","
+                       "method=\"TransposeStream\"}",
+                       1),
             1);
   context.TryCancel();
 }
