@@ -2,7 +2,6 @@
 // real server binary: each shows the server giving back what a request held
 // (the admission gauges on /metrics go back to zero) and staying up.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -78,49 +77,6 @@ v1::TransposeRequest Header(uint64_t rows, uint64_t cols) {
 absl::Status Transpose(Client& client, uint64_t rows, uint64_t cols) {
   std::vector<uint8_t> data(rows * cols * 4, 3);
   return client.Transpose({DataType::kFloat32, {1, rows, cols}, data}).status();
-}
-
-// Runs the server with `args` until it exits (SIGKILL after 20 s) and returns
-// its exit code (-1 if killed) and what it wrote to stderr.
-std::pair<int, std::string> RunUntilExit(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {ServerProcess::BinaryFromEnvironment(),
-                                   "--address=127.0.0.1:0",
-                                   "--metrics_address=127.0.0.1:0"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  int err[2];
-  if (pipe2(err, O_CLOEXEC) != 0) return {-1, "pipe failed"};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(err[1], STDERR_FILENO);
-    std::vector<char*> c_argv;
-    for (std::string& arg : argv) c_argv.push_back(arg.data());
-    c_argv.push_back(nullptr);
-    execv(c_argv[0], c_argv.data());
-    _exit(127);
-  }
-  close(err[1]);
-  std::string text;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  char buffer[512];
-  while (absl::Now() < deadline) {
-    pollfd fd{err[0], POLLIN, 0};
-    if (poll(&fd, 1, 100) <= 0) continue;
-    const ssize_t n = read(err[0], buffer, sizeof(buffer));
-    if (n <= 0) break;  // The server closed stderr: it has exited.
-    text.append(buffer, n);
-  }
-  close(err[0]);
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) ==
-         0) {  // Closing stderr precedes exit.
-    if (absl::Now() >= deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return {-1, text};
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
 }
 
 // A TCP relay to a server port that can freeze: it then stops moving bytes
@@ -398,7 +354,8 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
         "--streams_per_device=-1", "--cpu_threads=-2",
         "--max_inflight_requests=-1", "--drain_seconds=-1",
         "--unready_seconds=nan"}) {
-    const auto [code, text] = RunUntilExit({"--backend=cpu", flag});
+    const auto [code, text] =
+        ServerProcess::RunUntilExit({"--backend=cpu", flag});
     EXPECT_EQ(code, 2) << flag << ": " << text;
     EXPECT_THAT(text, HasSubstr(flag.substr(0, flag.find('=') + 1)));
     EXPECT_THAT(text, HasSubstr("expected"));

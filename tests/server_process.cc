@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/status/status.h"
@@ -29,6 +31,50 @@ int PortOf(absl::string_view line) {
     return 0;
   }
   return port;
+}
+
+// Forks and execs `argv` with the child's `fd` (stdout or stderr) written into
+// a pipe, whose read end goes to *read_end.
+absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
+                            int* read_end) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    return absl::InternalError("pipe failed");
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return absl::InternalError("fork failed");
+  }
+  if (pid == 0) {
+    dup2(pipe_fds[1], fd);
+    std::vector<char*> c_argv;
+    for (std::string& arg : argv) c_argv.push_back(arg.data());
+    c_argv.push_back(nullptr);
+    execv(c_argv[0], c_argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", c_argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  *read_end = pipe_fds[0];
+  return pid;
+}
+
+// Waits for the child to exit until `deadline`, then kills it (SIGKILL);
+// returns its exit code, or -signal when a signal ended it.
+int WaitForExit(pid_t pid, absl::Time deadline) {
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return -WTERMSIG(status);
 }
 
 }  // namespace
@@ -69,20 +115,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   const bool expect_metrics =
       !absl::c_linear_search(argv, "--metrics_address=");
 
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    std::vector<char*> c_argv;
-    for (std::string& arg : argv) c_argv.push_back(arg.data());
-    c_argv.push_back(nullptr);
-    execv(c_argv[0], c_argv.data());
-    std::fprintf(stderr, "exec %s: %s\n", c_argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(out[1]);
+  int out = -1;
+  absl::StatusOr<pid_t> spawned = Spawn(argv, STDOUT_FILENO, &out);
+  if (!spawned.ok()) return spawned.status();
+  const pid_t pid = *spawned;
 
   // Read stdout until the port lines arrive.
   std::string text;
@@ -90,14 +126,14 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   const absl::Time deadline = absl::Now() + timeout;
   while (port == 0 || (expect_metrics && metrics_port == 0)) {
     const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    pollfd fd{out[0], POLLIN, 0};
+    pollfd fd{out, POLLIN, 0};
     char buffer[512];
     ssize_t n = 0;
     if (ms <= 0 || poll(&fd, 1, static_cast<int>(ms)) <= 0 ||
-        (n = read(out[0], buffer, sizeof(buffer))) <= 0) {
+        (n = read(out, buffer, sizeof(buffer))) <= 0) {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
-      close(out[0]);
+      close(out);
       return absl::UnavailableError(
           absl::StrCat(binary, " did not report its ports; stdout: ", text));
     }
@@ -108,7 +144,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     }
   }
   // The server writes nothing more to stdout; closing our end is safe.
-  close(out[0]);
+  close(out);
   return std::unique_ptr<ServerProcess>(
       new ServerProcess(pid, port, metrics_port));
 }
@@ -127,19 +163,32 @@ std::string ServerProcess::address() const {
 int ServerProcess::Stop(int signal, absl::Duration timeout) {
   if (!running_) return -1;
   kill(pid_, signal);
-  const absl::Time deadline = absl::Now() + timeout;
-  int status = 0;
-  while (waitpid(pid_, &status, WNOHANG) == 0) {
-    if (absl::Now() > deadline) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &status, 0);
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
   running_ = false;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return -WTERMSIG(status);
+  return WaitForExit(pid_, absl::Now() + timeout);
+}
+
+ServerProcess::Exit ServerProcess::RunUntilExit(
+    const std::vector<std::string>& args, absl::Duration timeout) {
+  std::vector<std::string> argv = {BinaryFromEnvironment(),
+                                   "--address=127.0.0.1:0",
+                                   "--metrics_address=127.0.0.1:0"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int err = -1;
+  absl::StatusOr<pid_t> pid = Spawn(argv, STDERR_FILENO, &err);
+  if (!pid.ok()) return {-1, pid.status().ToString()};
+  Exit exit;
+  const absl::Time deadline = absl::Now() + timeout;
+  char buffer[512];
+  while (absl::Now() < deadline) {
+    pollfd fd{err, POLLIN, 0};
+    if (poll(&fd, 1, 100) <= 0) continue;
+    const ssize_t n = read(err, buffer, sizeof(buffer));
+    if (n <= 0) break;  // The server closed stderr: it is exiting.
+    exit.stderr_text.append(buffer, n);
+  }
+  close(err);
+  exit.code = WaitForExit(*pid, deadline);
+  return exit;
 }
 
 }  // namespace transpose::testing

@@ -41,6 +41,16 @@ class ServerProcess {
   // The transpose CLI: TRANSPOSE_CLI, else beside the server in the build tree.
   static std::string CliFromEnvironment();
 
+  // How a run of the server ended, for flag values it must refuse.
+  struct Exit {
+    int code = -1;  // The exit code, or -signal.
+    std::string stderr_text;
+  };
+  // Runs the environment's server with `args` (on loopback, port 0) until it
+  // exits, collecting what it writes to stderr; SIGKILL after `timeout`.
+  static Exit RunUntilExit(const std::vector<std::string>& args,
+                           absl::Duration timeout = absl::Seconds(20));
+
   ~ServerProcess();
 
   // "127.0.0.1:PORT".
