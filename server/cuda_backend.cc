@@ -79,8 +79,7 @@ float ElapsedMs(cudaEvent_t from, cudaEvent_t to) {
   return ms;
 }
 
-// One stream with the events that time its stages and the device buffers it
-// reuses.
+// One stream with the events that time its stages.
 struct Slot {
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr;
@@ -89,9 +88,6 @@ struct Slot {
   cudaEvent_t copied_out = nullptr;
   // The same, for jobs long enough that the stream thread should sleep on it.
   cudaEvent_t copied_out_sleeping = nullptr;
-  void* device_input = nullptr;
-  void* device_output = nullptr;
-  size_t capacity = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -115,7 +111,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<double> CalibrateCopyBandwidth();
   Slot& AcquireSlot();
   void ReleaseSlot(Slot& slot);
-  absl::Status EnsureCapacity(Slot& slot, size_t bytes);
+  // Device memory for one buffer of a job, in stream order from device_pool_.
+  absl::StatusOr<void*> AllocateOnDevice(uint64_t bytes, cudaStream_t stream);
+  // Publishes what device_pool_ holds from the device.
+  void UpdateDeviceMemoryGauge();
   // Runs one job on a stream thread: copy in, transpose, copy out, wait. With
   // `output` apart from `input` (both pinned), the kernel reads and writes the
   // host memory directly instead; otherwise the result comes back into
@@ -138,7 +137,9 @@ class CudaBackend final : public Backend {
   std::vector<Slot> slots_;
   std::mutex mutex_;
   std::vector<Slot*> free_slots_;
-  std::atomic<uint64_t> device_bytes_{0};
+  // Jobs' device buffers. Freed buffers stay in it, for the next job on any
+  // stream, up to options_.max_idle_device_bytes.
+  cudaMemPool_t device_pool_ = nullptr;
   std::atomic<int> jobs_started_{0};
   // Destroyed first: joins the stream threads before the slots go.
   std::unique_ptr<WorkerPool> workers_;
@@ -240,6 +241,39 @@ absl::Status CudaBackend::Init() {
     info_.kernel_names.emplace_back(name);
   }
 
+  int pools_supported = 0;
+  TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+      cudaDeviceGetAttribute(&pools_supported, cudaDevAttrMemoryPoolsSupported,
+                             device_),
+      "cudaDeviceGetAttribute"));
+  if (!pools_supported) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        info_.name, " (", info_.device_name,
+        ") has no stream-ordered memory pools; a newer driver may add them"));
+  }
+  cudaMemPoolProps pool_properties = {};
+  pool_properties.allocType = cudaMemAllocationTypePinned;
+  pool_properties.location.type = cudaMemLocationTypeDevice;
+  pool_properties.location.id = device_;
+  TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+      cudaMemPoolCreate(&device_pool_, &pool_properties), "cudaMemPoolCreate"));
+  // Without a threshold the pool would hand every freed byte back to the
+  // device at the next synchronisation, and each job would map its buffers
+  // anew.
+  uint64_t release_threshold = options_.max_idle_device_bytes;
+  TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+      cudaMemPoolSetAttribute(device_pool_, cudaMemPoolAttrReleaseThreshold,
+                              &release_threshold),
+      "cudaMemPoolSetAttribute"));
+  // Otherwise a job could take memory another stream has yet to free, and wait
+  // for that stream's work: streams would no longer overlap.
+  int reuse_across_pending_frees = 0;
+  TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+      cudaMemPoolSetAttribute(device_pool_,
+                              cudaMemPoolReuseAllowInternalDependencies,
+                              &reuse_across_pending_frees),
+      "cudaMemPoolSetAttribute"));
+
   slots_.resize(info_.streams);
   for (Slot& slot : slots_) {
     TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
@@ -279,14 +313,13 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   for (Slot& slot : slots_) {
     if (slot.stream != nullptr) cudaStreamSynchronize(slot.stream);
-    cudaFree(slot.device_input);
-    cudaFree(slot.device_output);
     for (cudaEvent_t event : {slot.start, slot.copied_in, slot.transposed,
                               slot.copied_out, slot.copied_out_sleeping}) {
       if (event != nullptr) cudaEventDestroy(event);
     }
     if (slot.stream != nullptr) cudaStreamDestroy(slot.stream);
   }
+  if (device_pool_ != nullptr) cudaMemPoolDestroy(device_pool_);
 }
 
 absl::StatusOr<double> CudaBackend::CalibrateCopyBandwidth() {
@@ -362,32 +395,27 @@ absl::Status CudaBackend::Check(cudaError_t error, absl::string_view what) {
   return CudaStatus(error, what);
 }
 
-absl::Status CudaBackend::EnsureCapacity(Slot& slot, size_t bytes) {
-  if (slot.capacity >= bytes) return absl::OkStatus();
-  // Grow only: after warm-up the largest request size seen fits and nothing is
-  // allocated.
-  cudaFree(slot.device_input);
-  cudaFree(slot.device_output);
-  device_bytes_.fetch_sub(2 * slot.capacity);
-  slot.device_input = slot.device_output = nullptr;
-  slot.capacity = 0;
-  cudaError_t error = cudaMalloc(&slot.device_input, bytes);
-  if (error == cudaSuccess) error = cudaMalloc(&slot.device_output, bytes);
-  if (error != cudaSuccess) {
-    cudaGetLastError();  // An allocation failure is not sticky; clear it.
-    cudaFree(slot.device_input);
-    slot.device_input = nullptr;
-    series_->device_memory_used_bytes->Set(
-        static_cast<double>(device_bytes_.load()));
+absl::StatusOr<void*> CudaBackend::AllocateOnDevice(uint64_t bytes,
+                                                    cudaStream_t stream) {
+  void* data = nullptr;
+  cudaError_t error =
+      cudaMallocFromPoolAsync(&data, bytes, device_pool_, stream);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // Not sticky; clear it.
     return absl::ResourceExhaustedError(
         absl::StrFormat("%s: out of device memory for a %d-byte matrix (%s)",
                         info_.name, bytes, cudaGetErrorString(error)));
   }
-  slot.capacity = bytes;
-  device_bytes_.fetch_add(2 * bytes);
-  series_->device_memory_used_bytes->Set(
-      static_cast<double>(device_bytes_.load()));
-  return absl::OkStatus();
+  TRANSPOSE_RETURN_IF_ERROR(Check(error, "cudaMallocFromPoolAsync"));
+  return data;
+}
+
+void CudaBackend::UpdateDeviceMemoryGauge() {
+  uint64_t reserved = 0;
+  if (cudaMemPoolGetAttribute(device_pool_, cudaMemPoolAttrReservedMemCurrent,
+                              &reserved) == cudaSuccess) {
+    series_->device_memory_used_bytes->Set(static_cast<double>(reserved));
+  }
 }
 
 absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
@@ -397,15 +425,21 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
     return absl::UnavailableError(absl::StrCat(info_.name, " is unhealthy"));
   }
   Slot& slot = AcquireSlot();
+  cudaStream_t stream = slot.stream;
+  // Small jobs' kernels work on the pinned host buffers directly; the rest copy
+  // in and out of device buffers from the pool.
+  const bool on_host = output != input;
+  void* pooled_input = nullptr;
+  void* pooled_output = nullptr;
   absl::Cleanup release = [&] {
-    // On an error path a copy or kernel may still be using the host buffers,
-    // which the caller frees next.
-    cudaStreamSynchronize(slot.stream);
+    // On an error path a copy or kernel may still be using the buffers; the
+    // caller frees the host ones next.
+    if (pooled_input != nullptr) cudaFreeAsync(pooled_input, stream);
+    if (pooled_output != nullptr) cudaFreeAsync(pooled_output, stream);
+    cudaStreamSynchronize(stream);
+    if (!on_host) UpdateDeviceMemoryGauge();
     ReleaseSlot(slot);
   };
-  // Small jobs' kernels work on the pinned host buffers directly; the rest copy
-  // in and out of the slot's device buffers.
-  const bool on_host = output != input;
   kernels::TransposeArgs args = ArgsOf(spec);
   if (on_host) {
     void* device_input = nullptr;
@@ -417,13 +451,13 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
     args.input = device_input;
     args.output = device_output;
   } else {
-    TRANSPOSE_RETURN_IF_ERROR(EnsureCapacity(slot, bytes));
-    args.input = slot.device_input;
-    args.output = slot.device_output;
+    TRANSPOSE_ASSIGN_OR_RETURN(pooled_input, AllocateOnDevice(bytes, stream));
+    TRANSPOSE_ASSIGN_OR_RETURN(pooled_output, AllocateOnDevice(bytes, stream));
+    args.input = pooled_input;
+    args.output = pooled_output;
   }
   TRANSPOSE_RETURN_IF_ERROR(kernels::CanImplement(spec.algorithm, args));
 
-  cudaStream_t stream = slot.stream;
   if (options_.testing_fault_after_jobs > 0 &&
       jobs_started_.fetch_add(1) >= options_.testing_fault_after_jobs) {
     kernels::internal::LaunchFaultForTesting(stream);
@@ -434,7 +468,7 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
       Check(cudaEventRecord(slot.start, stream), "record"));
   if (!on_host) {
     TRANSPOSE_RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(slot.device_input, input, bytes,
+        Check(cudaMemcpyAsync(pooled_input, input, bytes,
                               cudaMemcpyHostToDevice, stream),
               "copy in"));
     TRANSPOSE_RETURN_IF_ERROR(
@@ -458,9 +492,16 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
       Check(cudaEventRecord(transposed, stream), "record"));
   if (!on_host) {
     TRANSPOSE_RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(output, slot.device_output, bytes,
+        Check(cudaMemcpyAsync(output, pooled_output, bytes,
                               cudaMemcpyDeviceToHost, stream),
               "copy out"));
+    // Freed before the event the thread waits on, so that once the job is done
+    // its buffers are free for any stream.
+    for (void** pooled : {&pooled_input, &pooled_output}) {
+      TRANSPOSE_RETURN_IF_ERROR(
+          Check(cudaFreeAsync(*pooled, stream), "cudaFreeAsync"));
+      *pooled = nullptr;
+    }
     TRANSPOSE_RETURN_IF_ERROR(
         Check(cudaEventRecord(copied_out, stream), "record"));
   }

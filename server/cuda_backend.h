@@ -1,8 +1,8 @@
 // The GPU backend: per visible GPU, a pool of CUDA streams, each with a thread
-// that runs one job at a time (copy-in, kernel, copy-out), reusable device
-// buffers and a pool of pinned host buffers. Once warm, a request allocates
-// nothing and never synchronises the whole device; jobs on different streams
-// overlap their copies and kernels.
+// that runs one job at a time (copy-in, kernel, copy-out), a stream-ordered
+// pool of device memory and a pool of pinned host buffers. Once warm, a request
+// maps no new memory and never synchronises the whole device; jobs on different
+// streams overlap their copies and kernels.
 #ifndef TRANSPOSE_SERVER_CUDA_BACKEND_H_
 #define TRANSPOSE_SERVER_CUDA_BACKEND_H_
 
@@ -29,6 +29,10 @@ struct CudaBackendOptions {
   int testing_fault_after_jobs = 0;
   // Released pinned host buffers kept for reuse, per GPU.
   size_t max_idle_pinned_bytes = size_t{4} << 30;
+  // Device memory kept for reuse once jobs free it, per GPU; a job needs twice
+  // its matrix. Past it, freed memory goes back to the device, so one huge
+  // request does not hold its buffers for the life of the process.
+  uint64_t max_idle_device_bytes = uint64_t{8} << 30;
   // Jobs up to this size skip both copies: the kernel reads the input from
   // pinned host memory and writes the result to pinned host memory over PCIe.
   // For a 64x64 float32 matrix one launch costs less than two copies and a

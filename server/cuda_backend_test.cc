@@ -71,6 +71,20 @@ class CudaBackendTest : public ::testing::Test {
     return "";
   }
 
+  // transpose_device_memory_used_bytes of cuda:0, or -1 without it.
+  double DeviceMemoryUsedBytes() {
+    for (const prometheus::MetricFamily& family : registry_.Collect()) {
+      if (family.name != "transpose_device_memory_used_bytes") continue;
+      for (const prometheus::ClientMetric& metric : family.metric) {
+        for (const prometheus::ClientMetric::Label& label : metric.label) {
+          if (label.name == "backend" && label.value == "cuda:0")
+            return metric.gauge.value;
+        }
+      }
+    }
+    return -1;
+  }
+
   prometheus::Registry registry_;
   Metrics metrics_{registry_, "test"};
 };
@@ -107,6 +121,34 @@ TEST_F(CudaBackendTest, SmallJobsOnHostMemoryAndCopiedJobsAreRight) {
       EXPECT_EQ(RunJob(*backend, shape, &status), "")
           << mapped_max_bytes << " " << ShapeToString(shape);
     }
+  }
+}
+
+// A job's device buffers go back to the pool; what the pool keeps past
+// max_idle_device_bytes goes back to the device, so one large job does not
+// hold its memory afterwards, while jobs within the limit reuse it.
+TEST_F(CudaBackendTest, DeviceMemoryPastThePoolLimitIsReturned) {
+  constexpr double kMiB = 1 << 20;
+  const MatrixShape shape{1, 4096, 8192};  // 128 MiB: 256 MiB on the device.
+  {
+    CudaBackendOptions options;
+    options.max_idle_device_bytes = uint64_t{64} << 20;
+    std::unique_ptr<Backend> backend = MakeBackend(options);
+    ASSERT_NE(backend, nullptr);
+    absl::Status status;
+    ASSERT_EQ(RunJob(*backend, shape, &status), "");
+    EXPECT_GE(DeviceMemoryUsedBytes(), 0);
+    EXPECT_LE(DeviceMemoryUsedBytes(), 64 * kMiB);
+  }
+  CudaBackendOptions options;
+  options.max_idle_device_bytes = uint64_t{1} << 30;
+  std::unique_ptr<Backend> backend = MakeBackend(options);
+  ASSERT_NE(backend, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    absl::Status status;
+    ASSERT_EQ(RunJob(*backend, shape, &status), "");
+    EXPECT_GE(DeviceMemoryUsedBytes(), 256 * kMiB) << i;
+    EXPECT_LT(DeviceMemoryUsedBytes(), 512 * kMiB) << i;
   }
 }
 

@@ -70,6 +70,9 @@ ABSL_FLAG(
     uint64_t, buffer_pool_bytes, uint64_t{4} << 30,
     "Released host buffers (pinned, for GPUs) kept for reuse, per device. "
     "Memory the server keeps between requests, on top of what they hold.");
+ABSL_FLAG(uint64_t, device_pool_bytes, uint64_t{8} << 30,
+          "Device memory (a job needs twice its matrix) kept for reuse once "
+          "jobs free it, per GPU; past it, freed memory goes back to the GPU.");
 ABSL_FLAG(uint64_t, max_inflight_bytes, uint64_t{8} << 30,
           "Bytes of matrices the server holds at once; requests past it get "
           "RESOURCE_EXHAUSTED at once (0: no limit).");
@@ -116,6 +119,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
     CudaBackendOptions options;
     options.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
     options.max_idle_pinned_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
+    options.max_idle_device_bytes = absl::GetFlag(FLAGS_device_pool_bytes);
     options.testing_fault_after_jobs =
         absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs);
     return CreateCudaBackends(options, metrics);
