@@ -135,16 +135,18 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
 
 // Refuses flag values that cannot work, before anything starts: a zero
 // response chunk would send empty messages forever, a negative count or
-// duration means nothing, and gRPC's message limits are 32-bit.
+// duration means nothing, gRPC's message limits are 32-bit, and the client
+// library sends up to 1 MiB of data per message.
 absl::Status CheckFlags() {
+  constexpr uint64_t kMinMessageBytes = 1 << 20;
   constexpr uint64_t kMaxMessageBytes = INT32_MAX - (1 << 20);
   const uint64_t message = absl::GetFlag(FLAGS_max_message_bytes);
   const uint64_t chunk = absl::GetFlag(FLAGS_response_chunk_bytes);
-  if (message == 0 || message > kMaxMessageBytes) {
+  if (message < kMinMessageBytes || message > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--max_message_bytes=%d: expected 1 to %d (gRPC's message limit is "
-        "32-bit)",
-        message, kMaxMessageBytes));
+        "--max_message_bytes=%d: expected %d to %d (clients send up to 1 MiB "
+        "of data per message; gRPC's message limit is 32-bit)",
+        message, kMinMessageBytes, kMaxMessageBytes));
   }
   if (chunk == 0 || chunk > kMaxMessageBytes) {
     return absl::InvalidArgumentError(

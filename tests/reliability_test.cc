@@ -350,8 +350,8 @@ TEST_F(ReliabilityTest, AShortUnaryRequestIsRefusedAfterItsBandsStop) {
 TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
   for (const std::string flag :
        {"--response_chunk_bytes=0", "--max_message_bytes=0",
-        "--max_message_bytes=4294967296", "--max_matrix_bytes=0",
-        "--streams_per_device=-1", "--cpu_threads=-2",
+        "--max_message_bytes=1048575", "--max_message_bytes=4294967296",
+        "--max_matrix_bytes=0", "--streams_per_device=-1", "--cpu_threads=-2",
         "--max_inflight_requests=-1", "--drain_seconds=-1",
         "--unready_seconds=nan"}) {
     const auto [code, text] =
@@ -361,8 +361,14 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
     EXPECT_THAT(text, HasSubstr("expected"));
   }
   // The boundary values still start.
-  auto server = Start({"--response_chunk_bytes=1", "--max_message_bytes=1"});
-  EXPECT_NE(server, nullptr);
+  EXPECT_NE(Start({"--response_chunk_bytes=1"}), nullptr);
+  // The smallest message limit still takes the client library's largest
+  // messages: a unary 1 MiB matrix and a stream of 1 MiB chunks.
+  auto server = Start({"--max_message_bytes=1048576"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  EXPECT_TRUE(Transpose(*client, 512, 512).ok());
+  EXPECT_TRUE(Transpose(*client, 1024, 1024).ok());
 }
 
 TEST_F(ReliabilityTest,
