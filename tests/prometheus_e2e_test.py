@@ -6,7 +6,7 @@ with the repository's scrape config and rules, and the repository's Grafana dash
 - Prometheus scrapes it, and after load finds a non-zero rate(transpose_kernel_bytes_total) and a
   finite p99 of transpose_kernel_duration_seconds;
 - every PromQL expression of the dashboard and of the alert and recording rules evaluates without
-  error, and the dashboard's core panels return data;
+  error, the dashboard's core panels return data, and its per-device panels keep pods apart;
 - each failed request leaves one log line with its code and reason;
 - `transpose bench --metrics_url` prints the server's metrics delta for its run.
 
@@ -69,6 +69,8 @@ def wait_for(predicate, timeout, what):
 
 
 class ObservabilityTest(unittest.TestCase):
+    PODS = ("pod-a", "pod-b")
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
@@ -96,7 +98,9 @@ class ObservabilityTest(unittest.TestCase):
         config["rule_files"] = [os.path.join(ARGS.repo, "deploy/prometheus", r)
                                 for r in config["rule_files"]]
         job = next(j for j in config["scrape_configs"] if j["job_name"] == "transpose")
-        job["static_configs"] = [{"targets": [cls.metrics]}]
+        # The one server twice, as two pods whose devices have the same names.
+        job["static_configs"] = [{"targets": [cls.metrics], "labels": {"instance": pod}}
+                                 for pod in cls.PODS]
         config_path = os.path.join(cls.tmp.name, "prometheus.yml")
         with open(config_path, "w") as f:
             yaml.safe_dump(config, f)
@@ -204,6 +208,19 @@ class ObservabilityTest(unittest.TestCase):
                       "Kernels, % of the device's copy bandwidth",
                       "Bytes moved by kernels per second"):
             self.assertNotIn(title, empty)
+
+    def test_per_device_panels_keep_pods_apart(self):
+        # Every pod has a "cuda:0" (here "cpu"): summed by backend alone, one line would mix them.
+        checked = 0
+        for title, expr in self.dashboard_exprs():
+            if "backend" not in expr:
+                continue
+            with self.subTest(panel=title, expr=expr):
+                result = self.query(expr)
+                self.assertTrue(result)
+                self.assertEqual({r["metric"].get("instance") for r in result}, set(self.PODS))
+                checked += 1
+        self.assertGreaterEqual(checked, 8)
 
     def test_every_rule_expression_evaluates(self):
         with open(os.path.join(ARGS.repo, "deploy/prometheus/rules/transpose.rules.yml")) as f:
