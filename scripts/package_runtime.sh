@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Stages the server and the CLI with the shared libraries they need into PREFIX (bin/ and lib/),
+# and the container health check (bin/transpose_healthcheck, scripts/healthcheck.sh),
 # so that a runtime image (or any machine with the same C library) runs them without the -dev
 # packages. glibc and the driver's libcuda stay behind: the runtime image provides them. The
 # binaries find their libraries through an $ORIGIN-relative RUNPATH.
@@ -25,4 +26,6 @@ if command -v patchelf >/dev/null; then
   # DT_RPATH rather than RUNPATH: it also serves the libraries' own dependencies.
   for binary in "$prefix"/bin/*; do patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$binary"; done
 fi
+# After patchelf, which takes only ELF files.
+cp scripts/healthcheck.sh "$prefix/bin/transpose_healthcheck"
 echo "package_runtime: $(ls "$prefix/bin" | wc -l) binaries, $(ls "$prefix/lib" | wc -l) libraries in $prefix"

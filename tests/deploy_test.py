@@ -123,9 +123,16 @@ class DeployTest(unittest.TestCase):
             dockerfile = f.read()
         cmd = re.search(r'^CMD \[(.*)\]$', dockerfile, re.M).group(1)
         self.assertLessEqual(set(flag_uses(re.findall(r'"([^"]*)"', cmd))), self.server_flags)
-        health = re.search(r'CMD \["transpose", (.*)\]', dockerfile).group(1)
-        self.assertLessEqual(set(flag_uses(re.findall(r'"([^"]*)"', health))), self.cli_flags)
-        self.assertIn('"health"', health)
+        # The health check is the staged script (tests/docker_build_test.sh runs it), whose
+        # default address is the one the image's server listens on.
+        self.assertRegex(dockerfile, r'HEALTHCHECK [^\n]*\\\n\s*CMD \["transpose_healthcheck"\]')
+        with open(os.path.join(ARGS.repo, "scripts/healthcheck.sh")) as f:
+            script = f.read()
+        self.assertLessEqual(set(flag_uses(re.findall(r"(--\w+)=", script))), self.cli_flags)
+        self.assertIn(" health\n", script)
+        default = re.search(r"TRANSPOSE_HEALTH_SERVER:-([\d.]+:\d+)", script).group(1)
+        self.assertEqual(default.rsplit(":", 1)[1],
+                         flag_uses(re.findall(r'"([^"]*)"', cmd))["address"].rsplit(":", 1)[1])
         exposed = set(re.search(r"^EXPOSE (.*)$", dockerfile, re.M).group(1).split())
         self.assertEqual(exposed, {"50051", "9464"})
         # The image builds through the shared scripts, which tests/docker_build_test.sh runs.

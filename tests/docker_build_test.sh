@@ -17,7 +17,7 @@ trap cleanup EXIT
 
 BUILD_DIR="$build_dir" "$repo/scripts/docker_build.sh" "$stage/opt/transpose"
 
-for binary in "$stage"/opt/transpose/bin/*; do
+for binary in "$stage"/opt/transpose/bin/transpose "$stage"/opt/transpose/bin/transpose_server; do
   if ldd "$binary" | grep -q "not found"; then
     echo "FAIL: $binary has unresolved libraries:"; ldd "$binary"; exit 1
   fi
@@ -42,4 +42,12 @@ port=$(sed -n 's/^listening on .*://p' "$out")
 [[ -n "$port" ]] || { echo "FAIL: staged server did not start"; cat "$stage/server.err"; exit 1; }
 health=$("$stage/opt/transpose/bin/transpose" --server="127.0.0.1:$port" --deadline=5s health)
 [[ "$health" == "SERVING" ]] || { echo "FAIL: health said '$health'"; exit 1; }
+# The image's HEALTHCHECK, told where this server listens, passes; at the image's default address,
+# where nothing listens here, it fails.
+TRANSPOSE_HEALTH_SERVER="127.0.0.1:$port" "$stage/opt/transpose/bin/transpose_healthcheck" ||
+  { echo "FAIL: transpose_healthcheck failed against the staged server"; exit 1; }
+if TRANSPOSE_HEALTH_SERVER="127.0.0.1:1" "$stage/opt/transpose/bin/transpose_healthcheck" \
+     >/dev/null 2>&1; then
+  echo "FAIL: transpose_healthcheck passed with no server"; exit 1
+fi
 echo "PASS: staged $(ls "$stage/opt/transpose/lib" | wc -l) libraries; staged server SERVING"
