@@ -196,6 +196,10 @@ int RunTranspose() {
         reinterpret_cast<const uint8_t*>(contents->data()), contents->size());
   }
 
+  // Before the round trip, so that an unwritable --out fails at once.
+  absl::StatusOr<FileWriter> output = FileWriter::Create(out_path);
+  if (!output.ok()) return Fail(output.status());
+
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return Fail(client.status());
   ProgressBar bar(absl::GetFlag(FLAGS_progress) &&
@@ -208,17 +212,16 @@ int RunTranspose() {
   bar.Done();
   if (!result.ok()) return Fail(result.status());
 
-  absl::Status written;
-  if (absl::EndsWith(out_path, ".npy")) {
-    written = WriteNpyFile(out_path, result->dtype, result->shape, batched,
-                           result->data);
-  } else {
-    const absl::string_view parts[] = {
-        absl::string_view(reinterpret_cast<const char*>(result->data.data()),
-                          result->data.size())};
-    written = WriteFile(out_path, parts);
-  }
-  if (!written.ok()) return Fail(written);
+  const std::string npy_header =
+      absl::EndsWith(out_path, ".npy")
+          ? FormatNpyHeader(result->dtype, result->shape, batched)
+          : "";
+  const absl::string_view parts[] = {
+      npy_header,
+      absl::string_view(reinterpret_cast<const char*>(result->data.data()),
+                        result->data.size())};
+  if (absl::Status written = output->Commit(parts); !written.ok())
+    return Fail(written);
   std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n",
                std::string(DataTypeName(input.dtype)).c_str(),
                ShapeToString(input.shape).c_str(),

@@ -1,0 +1,132 @@
+#include "server/core/files.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace transpose {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/files_test.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::system(absl::StrCat("rm -rf ", dir_).c_str());
+  }
+  std::string Path(const std::string& name) const {
+    return absl::StrCat(dir_, "/", name);
+  }
+  // The directory's entries, sorted.
+  std::string Listing() const {
+    std::string out;
+    FILE* ls = popen(absl::StrCat("ls -A ", dir_).c_str(), "r");
+    char line[256];
+    while (fgets(line, sizeof(line), ls) != nullptr) out += line;
+    pclose(ls);
+    return out;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(FilesTest, ReadsWhatWasWritten) {
+  const std::string big(3 << 20, 'x');
+  ASSERT_TRUE(WriteFile(Path("a"), {"head:", big}).ok());
+  absl::StatusOr<std::string> read = ReadFile(Path("a"));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "head:" + big);
+  ASSERT_TRUE(WriteFile(Path("empty"), {}).ok());
+  EXPECT_EQ(ReadFile(Path("empty")).value(), "");
+}
+
+TEST_F(FilesTest, ReadErrorsNameThePathAndTheCause) {
+  absl::StatusOr<std::string> missing = ReadFile(Path("missing"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr(Path("missing")));
+  // A directory used to abort the process (a size of -1).
+  absl::StatusOr<std::string> directory = ReadFile(dir_);
+  EXPECT_EQ(directory.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(directory.status().message(), HasSubstr("is a directory"));
+}
+
+TEST_F(FilesTest, ReadsAPipeToItsEnd) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string data(1 << 20, 'p');
+  std::thread writer([&] {
+    for (size_t at = 0; at < data.size();) {
+      const ssize_t n = write(fds[1], data.data() + at, 4096);
+      if (n <= 0) break;
+      at += n;
+    }
+    close(fds[1]);
+  });
+  absl::StatusOr<std::string> read =
+      ReadFile(absl::StrCat("/proc/self/fd/", fds[0]));
+  writer.join();
+  close(fds[0]);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, data);
+}
+
+TEST_F(FilesTest, AnUncommittedWriterLeavesTheOldFile) {
+  ASSERT_TRUE(WriteFile(Path("out"), {"old"}).ok());
+  {
+    absl::StatusOr<FileWriter> writer = FileWriter::Create(Path("out"));
+    ASSERT_TRUE(writer.ok()) << writer.status();
+  }
+  EXPECT_EQ(ReadFile(Path("out")).value(), "old");
+  EXPECT_EQ(Listing(), "out\n");  // No temporary file left behind.
+  absl::StatusOr<FileWriter> writer = FileWriter::Create(Path("out"));
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(writer->Commit({"new"}).ok());
+  EXPECT_EQ(ReadFile(Path("out")).value(), "new");
+  EXPECT_EQ(Listing(), "out\n");
+}
+
+TEST_F(FilesTest, UnwritablePathsFailAtCreate) {
+  absl::StatusOr<FileWriter> no_dir = FileWriter::Create(Path("no/such"));
+  EXPECT_EQ(no_dir.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(no_dir.status().message(), HasSubstr(Path("no/such")));
+  EXPECT_EQ(FileWriter::Create(dir_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(FilesTest, NewFilesGetTheUsualMode) {
+  const mode_t old_mask = umask(022);
+  ASSERT_TRUE(WriteFile(Path("mode"), {"x"}).ok());
+  umask(old_mask);
+  struct stat info;
+  ASSERT_EQ(stat(Path("mode").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0644);
+}
+
+TEST_F(FilesTest, APipeIsWrittenInPlace) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_TRUE(
+      WriteFile(absl::StrCat("/proc/self/fd/", fds[1]), {"to ", "a pipe"})
+          .ok());
+  close(fds[1]);
+  char buffer[64] = {};
+  EXPECT_EQ(read(fds[0], buffer, sizeof(buffer)), 9);
+  EXPECT_STREQ(buffer, "to a pipe");
+  close(fds[0]);
+}
+
+}  // namespace
+}  // namespace transpose
