@@ -83,8 +83,13 @@ class CpuBackend::Job final : public TransposeJob {
   // Bands in flight use the buffers: wait for them (a cancelled upload can
   // leave some running).
   ~Job() override {
-    std::unique_lock<std::mutex> lock(bands_->mutex);
-    bands_->idle_changed.wait(lock, [this] { return bands_->idle; });
+    {
+      std::unique_lock<std::mutex> lock(bands_->mutex);
+      bands_->idle_changed.wait(lock, [this] { return bands_->idle; });
+    }
+    input_.Reset();
+    output_.Reset();
+    backend_.UpdateMemoryGauge();
   }
 
   absl::Span<const uint8_t> output() const override { return output_.span(); }
@@ -120,7 +125,8 @@ class CpuBackend::Job final : public TransposeJob {
       // Every band went out before Run; the last one to finish completes the
       // job.
       AddBand(/*last=*/true);
-      FinishBand(absl::OkStatus(), 0);
+      StartBand(/*last=*/false);
+      FinishBand(absl::OkStatus());
     }
   }
 
@@ -141,7 +147,11 @@ class CpuBackend::Job final : public TransposeJob {
     // When the band with the matrix's last rows started (it may start before
     // Run, when the upload fills it).
     absl::Time last_band_start;
+    // Time during which at least one band ran: bands on several workers at
+    // once count once.
     double kernel_seconds = 0;
+    int running = 0;
+    absl::Time running_since;
     absl::Status status;
     bool idle = true;
   };
@@ -206,15 +216,19 @@ class CpuBackend::Job final : public TransposeJob {
   void RunBand(kernels::RowRange range, std::vector<HeldPiece> held) {
     Metrics::BackendSeries& series = *backend_.series_;
     series.busy_streams->Increment();
-    const absl::Time start = absl::Now();
-    if (range.last == args_.batch * args_.rows) {
-      std::lock_guard<std::mutex> lock(bands_->mutex);
-      bands_->last_band_start = start;
-    }
+    StartBand(/*last=*/range.last == args_.batch * args_.rows);
     const absl::Status status = Transpose(range, std::move(held));
-    const absl::Time end = absl::Now();
     series.busy_streams->Decrement();
-    FinishBand(status, absl::ToDoubleSeconds(end - start));
+    FinishBand(status);
+  }
+
+  // Counts a band as running from now; `last` if it holds the matrix's last
+  // rows.
+  void StartBand(bool last) {
+    std::lock_guard<std::mutex> lock(bands_->mutex);
+    const absl::Time start = absl::Now();
+    if (bands_->running++ == 0) bands_->running_since = start;
+    if (last) bands_->last_band_start = start;
   }
 
   // Lets go of the pieces before returning: once the job is done, nothing of
@@ -239,7 +253,7 @@ class CpuBackend::Job final : public TransposeJob {
   // The band that ends the last job completes it, after releasing the lock:
   // `done` may destroy the job, and this frame touches nothing of it
   // afterwards.
-  void FinishBand(const absl::Status& status, double seconds) {
+  void FinishBand(const absl::Status& status) {
     std::shared_ptr<Bands> bands = bands_;
     absl::Status result;
     double kernel_seconds;
@@ -247,7 +261,10 @@ class CpuBackend::Job final : public TransposeJob {
     bool complete;
     {
       std::lock_guard<std::mutex> lock(bands->mutex);
-      bands->kernel_seconds += seconds;
+      if (--bands->running == 0) {
+        bands->kernel_seconds +=
+            absl::ToDoubleSeconds(absl::Now() - bands->running_since);
+      }
       if (!status.ok()) bands->status = status;
       bands->idle = --bands->pending == 0;
       complete = bands->idle && bands->last_added;
@@ -262,8 +279,8 @@ class CpuBackend::Job final : public TransposeJob {
     stats_.queue_seconds =
         std::max(0.0, absl::ToDoubleSeconds(last_band_start - run_at_));
     stats_.total_seconds = absl::ToDoubleSeconds(absl::Now() - created_);
-    // With bands spread over the upload, the kernel time is the sum of their
-    // times.
+    // With bands spread over the upload, the kernel time is the time any of
+    // them ran.
     SetKernelTime(kernel_seconds, bytes_,
                   backend_.info_.copy_bandwidth_bytes_per_second, stats_);
     if (result.ok())
@@ -332,10 +349,14 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CpuBackend::CreateJob(
   }
   TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer output,
                              buffers_.Acquire(bytes));
-  series_->device_memory_used_bytes->Set(
-      static_cast<double>(buffers_.allocated_bytes()));
+  UpdateMemoryGauge();
   return std::make_unique<Job>(*this, spec, bytes, from_pieces,
                                std::move(input), std::move(output));
+}
+
+void CpuBackend::UpdateMemoryGauge() {
+  series_->device_memory_used_bytes->Set(
+      static_cast<double>(buffers_.allocated_bytes()));
 }
 
 }  // namespace transpose

@@ -48,6 +48,9 @@ class CpuBackend final : public Backend {
  private:
   class Job;
 
+  // Publishes what the buffer pool holds (in use and idle).
+  void UpdateMemoryGauge();
+
   const CpuBackendOptions options_;
   BackendInfo info_;
   Metrics& metrics_;

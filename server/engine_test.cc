@@ -248,6 +248,62 @@ TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
   EXPECT_LT((*job)->stats().queue_seconds, 60);
 }
 
+// Bands running at once on several workers count once in the kernel time,
+// which therefore stays within the job's own time (summed, it was several
+// times longer).
+TEST(CpuBackendKernelTimeTest, OverlappingBandsCountOnce) {
+  CpuBackendOptions options;
+  options.workers = 4;
+  options.calibration_bytes = 1 << 20;
+  options.incremental_min_bytes = 1 << 20;
+  options.incremental_band_bytes = 64 << 10;
+  prometheus::Registry registry;
+  Metrics metrics(registry, "test");
+  CpuBackend backend(options, metrics);
+  const MatrixShape shape{1, 2048, 4096};  // 16 MiB of uint16: 256 bands.
+  const TransposeSpec spec{DataType::kUInt16, shape, kernels::Algorithm::kAuto};
+  const std::vector<uint16_t> input = RandomInput(shape, 12);
+  absl::StatusOr<std::unique_ptr<TransposeJob>> job =
+      backend.CreateJob(spec, input.size() * 2);
+  ASSERT_TRUE(job.ok());
+  // All at once: every band is ready, and the workers take them together.
+  (*job)->AppendInput({AsBytes(input)}, nullptr);
+  ASSERT_TRUE(RunAndWait(**job).ok());
+  EXPECT_EQ(OutputOf(**job), Expected(input, shape));
+  const TransposeStats& stats = (*job)->stats();
+  EXPECT_GT(stats.kernel_seconds, 0);
+  EXPECT_LE(stats.kernel_seconds, stats.total_seconds);
+}
+
+// The memory gauge follows the pool down as well as up: with no idle buffers
+// kept, a finished job's buffers leave it.
+TEST(CpuBackendMemoryTest, TheGaugeFallsWhenAJobsBuffersAreFreed) {
+  CpuBackendOptions options;
+  options.calibration_bytes = 1 << 20;
+  options.max_idle_buffer_bytes = 0;
+  prometheus::Registry registry;
+  Metrics metrics(registry, "test");
+  CpuBackend backend(options, metrics);
+  auto gauge = [&registry] {
+    for (const prometheus::MetricFamily& family : registry.Collect()) {
+      if (family.name == "transpose_device_memory_used_bytes")
+        return family.metric.at(0).gauge.value;
+    }
+    return -1.0;
+  };
+  const TransposeSpec spec{
+      DataType::kUInt16, {1, 1024, 1024}, kernels::Algorithm::kAuto};
+  const std::vector<uint16_t> input = RandomInput(spec.shape, 13);
+  absl::StatusOr<std::unique_ptr<TransposeJob>> job =
+      backend.CreateJob(spec, input.size() * 2);
+  ASSERT_TRUE(job.ok());
+  EXPECT_GE(gauge(), 2 << 20);
+  (*job)->AppendInput({AsBytes(input)}, nullptr);
+  ASSERT_TRUE(RunAndWait(**job).ok());
+  job->reset();
+  EXPECT_EQ(gauge(), 0);
+}
+
 // An upload cut off halfway leaves bands running; destroying the job waits for
 // them.
 TEST_F(CpuBackendTest, AJobDroppedMidUploadWaitsForItsBands) {
