@@ -1,5 +1,6 @@
 #include "server/engine.h"
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -32,6 +33,16 @@ class AdmittedJob final : public TransposeJob {
   std::unique_ptr<TransposeJob> job_;
 };
 
+// A matrix past the admission budget could never be admitted: it is refused as
+// too large, not as "busy, retry later", and Info says so.
+EngineOptions WithMatrixLimitWithinBudget(EngineOptions options) {
+  if (options.max_inflight_bytes > 0) {
+    options.max_matrix_bytes =
+        std::min(options.max_matrix_bytes, options.max_inflight_bytes);
+  }
+  return options;
+}
+
 }  // namespace
 
 Engine::Admission& Engine::Admission::operator=(Admission&& other) noexcept {
@@ -49,9 +60,11 @@ void Engine::Admission::Release() {
   engine_->inflight_requests_.fetch_sub(1);
   engine_ = nullptr;
 }
+
 Engine::Engine(std::vector<std::unique_ptr<Backend>> backends,
                EngineOptions options)
-    : backends_(std::move(backends)), options_(options) {}
+    : backends_(std::move(backends)),
+      options_(WithMatrixLimitWithinBudget(options)) {}
 
 bool Engine::healthy() const {
   for (const auto& backend : backends_) {

@@ -15,7 +15,8 @@
 namespace transpose {
 
 struct EngineOptions {
-  // Largest matrix accepted, in bytes.
+  // Largest matrix accepted, in bytes; at most max_inflight_bytes, when that is
+  // set.
   uint64_t max_matrix_bytes = uint64_t{4} << 30;
   // Admission: bytes of matrices in jobs that exist at once (from the header's
   // arrival until the result is sent), and the number of such jobs. Past

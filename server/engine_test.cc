@@ -20,6 +20,7 @@ namespace transpose {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A vector's bytes, as a transport would deliver them.
 template <typename T>
@@ -125,6 +126,22 @@ TEST(EngineTest, EnforcesTheMatrixLimit) {
   absl::Status status = fakes.engine->CreateJob(bigger).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(status.message(), HasSubstr("limit"));
+}
+
+// A matrix larger than the whole admission budget can never be admitted: it is
+// refused as too large, not told to retry, and the limit says so.
+TEST(EngineTest, TheMatrixLimitIsAtMostTheAdmissionBudget) {
+  EngineOptions options;
+  options.max_matrix_bytes = 4 * 5 * 8;
+  options.max_inflight_bytes = 4 * 4 * 8;
+  Fakes fakes = MakeEngine(1, options);
+  EXPECT_EQ(fakes.engine->options().max_matrix_bytes, 4 * 4 * 8);
+  TransposeSpec bigger = kSpec;
+  bigger.shape.rows = 5;
+  absl::Status status = fakes.engine->CreateJob(bigger).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("exceeds the server's limit of 128"));
+  EXPECT_THAT(status.message(), Not(HasSubstr("retry")));
 }
 
 // The real CPU backend behind the engine: results, stats and metrics.
