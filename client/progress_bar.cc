@@ -16,31 +16,42 @@ bool ProgressBar::StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
 void ProgressBar::Update(const TransferProgress& progress) {
   if (!enabled_ || progress.total_bytes == 0) return;
+  last_ = progress;
+  undrawn_ = true;
   const absl::Time now = absl::Now();
+  // Short transfers draw nothing; the rest redraw at most every 100 ms, except
+  // for the last update, so that the bar ends at 100%.
+  const bool finished = progress.received_bytes == progress.total_bytes;
   if (now - start_ < absl::Milliseconds(500) ||
-      now - last_draw_ < absl::Milliseconds(100))
+      (!finished && now - last_draw_ < absl::Milliseconds(100)))
     return;
+  Draw(now);
+}
+
+void ProgressBar::Draw(absl::Time now) {
   last_draw_ = now;
-  const bool uploading = progress.received_bytes == 0;
-  const uint64_t done =
-      uploading ? progress.sent_bytes : progress.received_bytes;
+  undrawn_ = false;
+  const bool uploading = last_.received_bytes == 0;
+  const uint64_t done = uploading ? last_.sent_bytes : last_.received_bytes;
   const double fraction =
-      static_cast<double>(done) / static_cast<double>(progress.total_bytes);
+      static_cast<double>(done) / static_cast<double>(last_.total_bytes);
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(fraction * kWidth);
   const double seconds = absl::ToDoubleSeconds(now - start_);
   const double moved =
-      static_cast<double>(progress.sent_bytes + progress.received_bytes);
+      static_cast<double>(last_.sent_bytes + last_.received_bytes);
   absl::FPrintF(out_, "\r%-8s [%s%s] %3.0f%% %.1f/%.1f MiB %.2f GB/s ",
                 uploading ? "sending" : "receiving", std::string(filled, '#'),
                 std::string(kWidth - filled, '.'), 100 * fraction,
-                done / 1048576.0, progress.total_bytes / 1048576.0,
+                done / 1048576.0, last_.total_bytes / 1048576.0,
                 moved / seconds / 1e9);
   std::fflush(out_);
   drawn_ = true;
 }
 
 void ProgressBar::Done() {
+  // Once a bar is up, it shows where the transfer ended.
+  if (drawn_ && undrawn_) Draw(absl::Now());
   if (drawn_) std::fputc('\n', out_);
   drawn_ = false;
 }

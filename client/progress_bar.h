@@ -19,7 +19,8 @@ class ProgressBar {
   ~ProgressBar() { Done(); }
 
   void Update(const TransferProgress& progress);
-  // Ends the line if anything was drawn.
+  // Draws the last update if the bar is up and it was not drawn, and ends the
+  // line.
   void Done();
 
   // Whether stderr is a terminal.
@@ -29,7 +30,11 @@ class ProgressBar {
   const bool enabled_;
   std::FILE* const out_;
   const absl::Time start_;
+  void Draw(absl::Time now);
+
   absl::Time last_draw_ = absl::InfinitePast();
+  TransferProgress last_;
+  bool undrawn_ = false;  // last_ is not on the screen yet.
   bool drawn_ = false;
 };
 

@@ -1,0 +1,78 @@
+#include "client/progress_bar.h"
+
+#include <cstdio>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace transpose {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+
+std::string Contents(std::FILE* file) {
+  std::fflush(file);
+  std::rewind(file);
+  std::string text;
+  char buffer[512];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0)
+    text.append(buffer, n);
+  return text;
+}
+
+constexpr uint64_t kTotal = 64 << 20;
+
+// The last update comes within the redraw interval of the one before (the
+// final chunks arrive fast); the bar still ends at 100%.
+TEST(ProgressBarTest, EndsAtOneHundredPercent) {
+  std::FILE* out = std::tmpfile();
+  {
+    ProgressBar bar(true, out);
+    absl::SleepFor(absl::Milliseconds(600));  // Past the quiet start.
+    bar.Update({kTotal, kTotal / 2, kTotal});
+    bar.Update({kTotal, kTotal - 1, kTotal});
+    bar.Update({kTotal, kTotal, kTotal});
+    bar.Done();
+  }
+  const std::string text = Contents(out);
+  EXPECT_THAT(text, HasSubstr("receiving ["));
+  const std::string last_line = text.substr(text.rfind('\r'));
+  EXPECT_THAT(last_line, HasSubstr("100%"));
+  EXPECT_THAT(text, EndsWith("\n"));
+  std::fclose(out);
+}
+
+// A throttled update that the transfer then stops at is drawn by Done, so a
+// failed transfer shows where it stopped.
+TEST(ProgressBarTest, DoneDrawsTheLastUpdate) {
+  std::FILE* out = std::tmpfile();
+  ProgressBar bar(true, out);
+  absl::SleepFor(absl::Milliseconds(600));
+  bar.Update({kTotal / 4, 0, kTotal});
+  bar.Update({kTotal / 2, 0, kTotal});
+  bar.Done();
+  const std::string text = Contents(out);
+  EXPECT_THAT(text.substr(text.rfind('\r')), HasSubstr(" 50%"));
+  std::fclose(out);
+}
+
+TEST(ProgressBarTest, ShortTransfersAndDisabledBarsDrawNothing) {
+  std::FILE* out = std::tmpfile();
+  {
+    ProgressBar quick(true, out);
+    quick.Update({kTotal, kTotal, kTotal});
+    quick.Done();
+    ProgressBar off(false, out);
+    absl::SleepFor(absl::Milliseconds(600));
+    off.Update({kTotal, kTotal, kTotal});
+  }
+  EXPECT_EQ(Contents(out), "");
+  std::fclose(out);
+}
+
+}  // namespace
+}  // namespace transpose
