@@ -54,8 +54,8 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, backend, "auto",
           "auto (every GPU if there is one, else the CPU), cuda or cpu.");
 ABSL_FLAG(int, streams_per_device, 4,
-          "CUDA streams (concurrent requests) per GPU; CPU workers for the cpu "
-          "backend (0: one per core).");
+          "CUDA streams (concurrent requests) per GPU (0 counts as 1); CPU "
+          "workers for the cpu backend (0: one per core).");
 ABSL_FLAG(int, cpu_threads, 0,
           "Threads one CPU transpose uses (0: one per core).");
 ABSL_FLAG(
@@ -111,10 +111,6 @@ namespace {
 
 absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
     const std::string& kind, Metrics& metrics) {
-  if (kind != "auto" && kind != "cuda" && kind != "cpu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", kind, ": expected auto, cuda or cpu"));
-  }
   if (kind == "cuda" || (kind == "auto" && CudaDeviceCount() > 0)) {
     CudaBackendOptions options;
     options.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
@@ -153,6 +149,25 @@ absl::Status CheckFlags() {
         absl::StrFormat("--response_chunk_bytes=%d: expected 1 to %d", chunk,
                         kMaxMessageBytes));
   }
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend != "auto" && backend != "cuda" && backend != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", backend, ": expected auto, cuda or cpu"));
+  }
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError(
+        cert.empty()
+            ? absl::StrCat("--tls_key=", key, ": expected --tls_cert with it")
+            : absl::StrCat("--tls_cert=", cert,
+                           ": expected --tls_key with it"));
+  }
+  if (!absl::GetFlag(FLAGS_tls_client_ca).empty() && cert.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_client_ca=", absl::GetFlag(FLAGS_tls_client_ca),
+                     ": expected --tls_cert and --tls_key with it"));
+  }
   if (absl::GetFlag(FLAGS_max_matrix_bytes) == 0) {
     return absl::InvalidArgumentError("--max_matrix_bytes=0: expected > 0");
   }
@@ -189,28 +204,38 @@ absl::Status CheckFlags() {
   return absl::OkStatus();
 }
 
+// The file a flag names; errors name the flag.
+absl::StatusOr<std::string> ReadFlagFile(absl::string_view flag,
+                                         const std::string& path) {
+  absl::StatusOr<std::string> contents = ReadFile(path);
+  if (!contents.ok()) {
+    return absl::Status(
+        contents.status().code(),
+        absl::StrCat("--", flag, ": ", contents.status().message()));
+  }
+  return contents;
+}
+
 // Reads the TLS and token files the flags name into the server's options.
 absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server) {
   const std::string cert = absl::GetFlag(FLAGS_tls_cert);
   const std::string key = absl::GetFlag(FLAGS_tls_key);
   const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
-  if (cert.empty() != key.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
-  }
-  if (!client_ca.empty() && cert.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls_client_ca needs --tls_cert and --tls_key");
-  }
+  // CheckFlags has seen that they come in working combinations.
   if (!cert.empty()) {
-    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_cert_chain_pem, ReadFile(cert));
-    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_private_key_pem, ReadFile(key));
+    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_cert_chain_pem,
+                               ReadFlagFile("tls_cert", cert));
+    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_private_key_pem,
+                               ReadFlagFile("tls_key", key));
   }
   if (!client_ca.empty()) {
-    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_client_ca_pem, ReadFile(client_ca));
+    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_client_ca_pem,
+                               ReadFlagFile("tls_client_ca", client_ca));
   }
   const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
   if (!token_file.empty()) {
-    TRANSPOSE_ASSIGN_OR_RETURN(std::string token, ReadFile(token_file));
+    TRANSPOSE_ASSIGN_OR_RETURN(std::string token,
+                               ReadFlagFile("auth_token_file", token_file));
     access.token = std::string(absl::StripAsciiWhitespace(token));
     if (access.token.empty()) {
       return absl::InvalidArgumentError(

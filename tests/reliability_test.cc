@@ -353,7 +353,8 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
         "--max_message_bytes=1048575", "--max_message_bytes=4294967296",
         "--max_matrix_bytes=0", "--streams_per_device=-1", "--cpu_threads=-2",
         "--max_inflight_requests=-1", "--drain_seconds=-1",
-        "--unready_seconds=nan"}) {
+        "--unready_seconds=nan", "--backend=gpu", "--tls_cert=cert.pem",
+        "--tls_key=key.pem", "--tls_client_ca=ca.pem"}) {
     const auto [code, text] =
         ServerProcess::RunUntilExit({"--backend=cpu", flag});
     EXPECT_EQ(code, 2) << flag << ": " << text;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/files.h"
 #include "tests/reflection_client.h"
@@ -201,6 +202,15 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
         ServerProcess::StartFromEnvironment(args, absl::Seconds(20));
     EXPECT_FALSE(server.ok()) << args[0];
+  }
+  // A file that cannot be read: exit 1 and a message naming flag and file. A
+  // directory used to abort the server.
+  for (const std::string& file : {Path("missing"), Path("")}) {
+    const auto [code, text] = ServerProcess::RunUntilExit(
+        {"--backend=cpu", absl::StrCat("--auth_token_file=", file)});
+    EXPECT_EQ(code, 1) << text;
+    EXPECT_THAT(text, ::testing::HasSubstr("--auth_token_file: "));
+    EXPECT_THAT(text, ::testing::HasSubstr(file));
   }
 }
 
