@@ -349,7 +349,7 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "Client of the transpose service.\n"
-      "Usage: transpose COMMAND [flags]\n"
+      "Usage: transpose COMMAND [flags], where COMMAND is one of\n"
       "  transpose --in A.npy --out B.npy       transpose a matrix (or a 3-D "
       "batch)\n"
       "  info                                    show the server's devices and "

@@ -1,5 +1,7 @@
 #include "server/cpu_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -318,6 +320,9 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options, Metrics& metrics)
       workers_(kernels::CpuThreads(options.workers)) {
   info_.name = "cpu";
   info_.device_name = CpuModelName();
+  // The host's memory, as a GPU backend reports its device's.
+  info_.total_memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                             static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   info_.copy_bandwidth_bytes_per_second = CalibrateCopyBandwidth(
       options.calibration_bytes, kernels::CpuThreads(options.threads_per_job));
   info_.streams = workers_.threads();

@@ -305,6 +305,7 @@ TEST_F(ServiceTest, GetServerInfoReportsBackendsAndLimits) {
   EXPECT_EQ(info->backends(0).name(), GpuBackend() ? "cuda:0" : "cpu");
   EXPECT_TRUE(info->backends(0).healthy());
   EXPECT_GT(info->backends(0).calibrated_copy_bandwidth_bytes_per_second(), 0);
+  EXPECT_GT(info->backends(0).total_memory_bytes(), uint64_t{1} << 30);
   EXPECT_EQ(info->limits().max_message_bytes(), kUnaryLimit);
   EXPECT_EQ(info->limits().max_matrix_bytes(), kMatrixLimit);
 }
