@@ -6,9 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace transpose {
 namespace {
@@ -30,6 +34,35 @@ bool WriteAll(int fd, absl::string_view data) {
   return true;
 }
 
+absl::Status WriteParts(int fd, const std::string& path,
+                        absl::Span<const absl::string_view> parts) {
+  for (absl::string_view part : parts) {
+    if (!WriteAll(fd, part)) return ErrnoError("writing", path);
+  }
+  return absl::OkStatus();
+}
+
+// The process's umask, read without changing it (umask() would, for a moment,
+// for every thread).
+mode_t Umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    absl::string_view rest = line;
+    if (absl::ConsumePrefix(&rest, "Umask:")) {
+      return static_cast<mode_t>(
+          std::strtoul(std::string(rest).c_str(), nullptr, 8) & 0777);
+    }
+  }
+  return 022;
+}
+
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -46,14 +79,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is a directory, not a file"));
   }
-  std::string contents;
-  // A regular file's size is known; a pipe's is not, and grows as it comes.
-  if (S_ISREG(info.st_mode)) contents.reserve(info.st_size);
+  // A regular file's size is known (one byte more sees its end without
+  // growing); a pipe's is not, and the buffer doubles as it comes.
+  std::string contents(S_ISREG(info.st_mode) ? info.st_size + 1 : 64 << 10,
+                       '\0');
   size_t size = 0;
   while (true) {
-    if (contents.size() == size) {
-      contents.resize(std::max<size_t>(size * 2, size + (64 << 10)));
-    }
+    if (contents.size() == size) contents.resize(2 * size);
     const ssize_t n =
         ::read(fd, contents.data() + size, contents.size() - size);
     if (n == 0) break;
@@ -71,52 +103,64 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::StatusOr<FileWriter> FileWriter::Create(const std::string& path) {
+  std::string target = path;
   struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
-    if (S_ISDIR(info.st_mode)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " is a directory, not a file"));
+  if (::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode)) {
+    // Write what the link points to, and keep the link.
+    char resolved[PATH_MAX];
+    if (::realpath(path.c_str(), resolved) == nullptr) {
+      // A dangling link: open() creates its target.
+      return FileWriter(path, /*in_place=*/true);
     }
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoError("cannot write", path);
-    return FileWriter(path, "", fd);
+    target = resolved;
   }
-  // Beside the target, so that the rename stays on one file system. Mode 0666
-  // less the umask, as the file itself would have had.
-  const std::string temporary = absl::StrCat(path, ".partial-", ::getpid());
-  const int fd =
-      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) return ErrnoError("cannot write", path);
-  return FileWriter(path, temporary, fd);
+  const bool exists = ::stat(target.c_str(), &info) == 0;
+  if (exists && S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a directory, not a file"));
+  }
+  if (exists && !S_ISREG(info.st_mode)) {
+    return FileWriter(target, /*in_place=*/true);
+  }
+  if (exists && ::access(target.c_str(), W_OK) != 0) {
+    return ErrnoError("cannot write", path);
+  }
+  const std::string directory = DirectoryOf(target);
+  if (::access(directory.c_str(), W_OK | X_OK) == 0) {
+    return FileWriter(target, /*in_place=*/false);
+  }
+  if (exists) return FileWriter(target, /*in_place=*/true);
+  return ErrnoError("cannot write", path);
 }
 
-FileWriter::FileWriter(FileWriter&& other) noexcept
-    : path_(std::move(other.path_)),
-      temporary_(std::move(other.temporary_)),
-      fd_(std::exchange(other.fd_, -1)) {}
-
-FileWriter::~FileWriter() {
-  if (fd_ < 0) return;
-  ::close(fd_);
-  if (!temporary_.empty()) ::unlink(temporary_.c_str());
-}
-
-absl::Status FileWriter::Commit(absl::Span<const absl::string_view> parts) {
-  if (fd_ < 0) return absl::FailedPreconditionError("already committed");
-  absl::Status status;
-  for (absl::string_view part : parts) {
-    if (!WriteAll(fd_, part)) {
-      status = ErrnoError("writing", path_);
-      break;
-    }
+absl::Status FileWriter::Commit(
+    absl::Span<const absl::string_view> parts) const {
+  if (in_place_) {
+    const int fd =
+        ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) return ErrnoError("cannot write", path_);
+    absl::Status status = WriteParts(fd, path_, parts);
+    if (::close(fd) != 0 && status.ok()) status = ErrnoError("writing", path_);
+    return status;
   }
-  const int fd = std::exchange(fd_, -1);
+  // A name no other writer has (O_EXCL, never through a link), with the mode
+  // the file has, or a new file would get.
+  std::string temporary = absl::StrCat(path_, ".partial-XXXXXX");
+  const int fd = ::mkostemp(temporary.data(), O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot write", path_);
+  struct stat info;
+  const mode_t mode = ::stat(path_.c_str(), &info) == 0 ? info.st_mode & 07777
+                                                        : 0666 & ~Umask();
+  absl::Status status = WriteParts(fd, path_, parts);
+  // On disk before the rename, or a crash could leave an empty file in place.
+  if (status.ok() && (::fchmod(fd, mode) != 0 || ::fsync(fd) != 0)) {
+    status = ErrnoError("writing", path_);
+  }
   if (::close(fd) != 0 && status.ok()) status = ErrnoError("writing", path_);
-  if (temporary_.empty()) return status;
-  if (status.ok() && ::rename(temporary_.c_str(), path_.c_str()) != 0) {
+  if (status.ok() && ::rename(temporary.c_str(), path_.c_str()) != 0) {
     status = ErrnoError("cannot replace", path_);
   }
-  if (!status.ok()) ::unlink(temporary_.c_str());
+  if (!status.ok()) ::unlink(temporary.c_str());
   return status;
 }
 

@@ -17,29 +17,27 @@ namespace transpose {
 // INVALID_ARGUMENT for a directory.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
-// Writes a file whole or not at all. A regular file (or a new one) is written
-// to a temporary file beside it that Commit renames over it, so a failed or
-// abandoned write leaves the old file as it was; anything else (a pipe,
-// /dev/stdout) is written in place. Create it before the work whose result it
-// holds, so that an unwritable path fails first.
+// Writes a file whole or not at all. A regular file (new, or replacing one, or
+// what a symbolic link points to) is written to a temporary file beside it,
+// flushed to disk and renamed over it, keeping the old file's permissions; a
+// failed write leaves the old file as it was. Anything else (a pipe,
+// /dev/stdout) is written in place, as is a file whose directory cannot be
+// written.
 class FileWriter {
  public:
+  // Checks that `path` can be written, and touches nothing: check before the
+  // work whose result it will hold, so that an unwritable path fails first.
   static absl::StatusOr<FileWriter> Create(const std::string& path);
-  FileWriter(FileWriter&& other) noexcept;
-  FileWriter& operator=(FileWriter&&) = delete;
-  // Without a Commit, removes the temporary file.
-  ~FileWriter();
 
   // Writes `parts` one after another and puts the file in place.
-  absl::Status Commit(absl::Span<const absl::string_view> parts);
+  absl::Status Commit(absl::Span<const absl::string_view> parts) const;
 
  private:
-  FileWriter(std::string path, std::string temporary, int fd)
-      : path_(std::move(path)), temporary_(std::move(temporary)), fd_(fd) {}
+  FileWriter(std::string path, bool in_place)
+      : path_(std::move(path)), in_place_(in_place) {}
 
-  std::string path_;
-  std::string temporary_;  // Empty when writing in place.
-  int fd_ = -1;
+  std::string path_;  // Symbolic links resolved, when written through one.
+  bool in_place_;
 };
 
 // FileWriter::Create, then Commit.

@@ -83,19 +83,32 @@ TEST_F(FilesTest, ReadsAPipeToItsEnd) {
   EXPECT_EQ(*read, data);
 }
 
-TEST_F(FilesTest, AnUncommittedWriterLeavesTheOldFile) {
+// Create touches nothing (a writer abandoned mid-transfer, even by a killed
+// process, leaves no trace); Commit replaces the file and leaves nothing else.
+TEST_F(FilesTest, OnlyCommitWrites) {
   ASSERT_TRUE(WriteFile(Path("out"), {"old"}).ok());
-  {
-    absl::StatusOr<FileWriter> writer = FileWriter::Create(Path("out"));
-    ASSERT_TRUE(writer.ok()) << writer.status();
-  }
-  EXPECT_EQ(ReadFile(Path("out")).value(), "old");
-  EXPECT_EQ(Listing(), "out\n");  // No temporary file left behind.
   absl::StatusOr<FileWriter> writer = FileWriter::Create(Path("out"));
-  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  absl::StatusOr<FileWriter> fresh = FileWriter::Create(Path("new"));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(ReadFile(Path("out")).value(), "old");
+  EXPECT_EQ(Listing(), "out\n");
   ASSERT_TRUE(writer->Commit({"new"}).ok());
   EXPECT_EQ(ReadFile(Path("out")).value(), "new");
-  EXPECT_EQ(Listing(), "out\n");
+  EXPECT_EQ(Listing(), "out\n");  // No temporary file left behind.
+}
+
+TEST_F(FilesTest, AReplacedFileKeepsItsModeAndLinksStayLinks) {
+  ASSERT_TRUE(WriteFile(Path("private"), {"old"}).ok());
+  ASSERT_EQ(chmod(Path("private").c_str(), 0600), 0);
+  ASSERT_EQ(symlink("private", Path("link").c_str()), 0);
+  ASSERT_TRUE(WriteFile(Path("link"), {"new"}).ok());
+  struct stat info;
+  ASSERT_EQ(lstat(Path("link").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISLNK(info.st_mode));
+  ASSERT_EQ(stat(Path("private").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600);
+  EXPECT_EQ(ReadFile(Path("private")).value(), "new");
 }
 
 TEST_F(FilesTest, UnwritablePathsFailAtCreate) {
@@ -104,6 +117,12 @@ TEST_F(FilesTest, UnwritablePathsFailAtCreate) {
   EXPECT_THAT(no_dir.status().message(), HasSubstr(Path("no/such")));
   EXPECT_EQ(FileWriter::Create(dir_).status().code(),
             absl::StatusCode::kInvalidArgument);
+  if (geteuid() != 0) {  // Root writes read-only files regardless.
+    ASSERT_TRUE(WriteFile(Path("read-only"), {"x"}).ok());
+    ASSERT_EQ(chmod(Path("read-only").c_str(), 0444), 0);
+    EXPECT_EQ(FileWriter::Create(Path("read-only")).status().code(),
+              absl::StatusCode::kPermissionDenied);
+  }
 }
 
 TEST_F(FilesTest, NewFilesGetTheUsualMode) {
