@@ -3,14 +3,19 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
 namespace transpose {
 
-ProgressBar::ProgressBar(bool enabled, std::FILE* out)
-    : enabled_(enabled), out_(out), start_(absl::Now()) {}
+ProgressBar::ProgressBar(bool enabled, std::FILE* out,
+                         std::function<absl::Time()> clock)
+    : enabled_(enabled),
+      out_(out),
+      clock_(std::move(clock)),
+      start_(clock_()) {}
 
 bool ProgressBar::StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
@@ -18,7 +23,7 @@ void ProgressBar::Update(const TransferProgress& progress) {
   if (!enabled_ || progress.total_bytes == 0) return;
   last_ = progress;
   undrawn_ = true;
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_();
   // Short transfers draw nothing; the rest redraw at most every 100 ms, except
   // for the last update, so that the bar ends at 100%.
   const bool finished = progress.received_bytes == progress.total_bytes;
@@ -51,7 +56,7 @@ void ProgressBar::Draw(absl::Time now) {
 
 void ProgressBar::Done() {
   // Once a bar is up, it shows where the transfer ended.
-  if (drawn_ && undrawn_) Draw(absl::Now());
+  if (drawn_ && undrawn_) Draw(clock_());
   if (drawn_) std::fputc('\n', out_);
   drawn_ = false;
 }

@@ -5,7 +5,9 @@
 #define TRANSPOSE_CLIENT_PROGRESS_BAR_H_
 
 #include <cstdio>
+#include <functional>
 
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 
@@ -15,7 +17,9 @@ class ProgressBar {
  public:
   // `enabled` false draws nothing (e.g. --progress=false, or stderr not a
   // terminal).
-  explicit ProgressBar(bool enabled, std::FILE* out = stderr);
+  // `clock` is for tests.
+  explicit ProgressBar(bool enabled, std::FILE* out = stderr,
+                       std::function<absl::Time()> clock = absl::Now);
   ~ProgressBar() { Done(); }
 
   void Update(const TransferProgress& progress);
@@ -27,11 +31,12 @@ class ProgressBar {
   static bool StderrIsTerminal();
 
  private:
-  const bool enabled_;
-  std::FILE* const out_;
-  const absl::Time start_;
   void Draw(absl::Time now);
 
+  const bool enabled_;
+  std::FILE* const out_;
+  const std::function<absl::Time()> clock_;
+  const absl::Time start_;
   absl::Time last_draw_ = absl::InfinitePast();
   TransferProgress last_;
   bool undrawn_ = false;  // last_ is not on the screen yet.

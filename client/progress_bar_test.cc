@@ -1,9 +1,10 @@
 #include "client/progress_bar.h"
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -26,15 +27,26 @@ std::string Contents(std::FILE* file) {
 
 constexpr uint64_t kTotal = 64 << 20;
 
+// A clock that moves only when told.
+struct FakeClock {
+  absl::Time now = absl::UnixEpoch();
+  std::function<absl::Time()> Function() {
+    return [this] { return now; };
+  }
+};
+
 // The last update comes within the redraw interval of the one before (the
 // final chunks arrive fast); the bar still ends at 100%.
 TEST(ProgressBarTest, EndsAtOneHundredPercent) {
   std::FILE* out = std::tmpfile();
+  FakeClock clock;
   {
-    ProgressBar bar(true, out);
-    absl::SleepFor(absl::Milliseconds(600));  // Past the quiet start.
+    ProgressBar bar(true, out, clock.Function());
+    clock.now += absl::Milliseconds(600);  // Past the quiet start.
     bar.Update({kTotal, kTotal / 2, kTotal});
+    clock.now += absl::Milliseconds(10);
     bar.Update({kTotal, kTotal - 1, kTotal});
+    clock.now += absl::Milliseconds(10);
     bar.Update({kTotal, kTotal, kTotal});
     bar.Done();
   }
@@ -50,9 +62,11 @@ TEST(ProgressBarTest, EndsAtOneHundredPercent) {
 // failed transfer shows where it stopped.
 TEST(ProgressBarTest, DoneDrawsTheLastUpdate) {
   std::FILE* out = std::tmpfile();
-  ProgressBar bar(true, out);
-  absl::SleepFor(absl::Milliseconds(600));
+  FakeClock clock;
+  ProgressBar bar(true, out, clock.Function());
+  clock.now += absl::Milliseconds(600);
   bar.Update({kTotal / 4, 0, kTotal});
+  clock.now += absl::Milliseconds(10);
   bar.Update({kTotal / 2, 0, kTotal});
   bar.Done();
   const std::string text = Contents(out);
@@ -62,12 +76,14 @@ TEST(ProgressBarTest, DoneDrawsTheLastUpdate) {
 
 TEST(ProgressBarTest, ShortTransfersAndDisabledBarsDrawNothing) {
   std::FILE* out = std::tmpfile();
+  FakeClock clock;
   {
-    ProgressBar quick(true, out);
+    ProgressBar quick(true, out, clock.Function());
+    clock.now += absl::Milliseconds(400);
     quick.Update({kTotal, kTotal, kTotal});
     quick.Done();
-    ProgressBar off(false, out);
-    absl::SleepFor(absl::Milliseconds(600));
+    ProgressBar off(false, out, clock.Function());
+    clock.now += absl::Milliseconds(600);
     off.Update({kTotal, kTotal, kTotal});
   }
   EXPECT_EQ(Contents(out), "");
