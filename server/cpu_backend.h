@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "server/backend.h"
 #include "server/buffer_pool.h"
@@ -56,6 +57,7 @@ class CpuBackend final : public Backend {
   Metrics& metrics_;
   Metrics::BackendSeries* series_;
   BufferPool buffers_;
+  std::mutex gauge_mutex_;
   std::atomic<int> load_{0};
   // Last member: its destructor runs the queued jobs while the rest still
   // exists.

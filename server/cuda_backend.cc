@@ -411,6 +411,8 @@ absl::StatusOr<void*> CudaBackend::AllocateOnDevice(uint64_t bytes,
 }
 
 void CudaBackend::UpdateDeviceMemoryGauge() {
+  // Read and set together, or an older reading could overwrite a newer one.
+  std::lock_guard<std::mutex> lock(mutex_);
   uint64_t reserved = 0;
   if (cudaMemPoolGetAttribute(device_pool_, cudaMemPoolAttrReservedMemCurrent,
                               &reserved) == cudaSuccess) {
@@ -498,9 +500,10 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
     // Freed before the event the thread waits on, so that once the job is done
     // its buffers are free for any stream.
     for (void** pooled : {&pooled_input, &pooled_output}) {
+      // Off the cleanup's list even if the free fails: never freed twice.
+      void* buffer = std::exchange(*pooled, nullptr);
       TRANSPOSE_RETURN_IF_ERROR(
-          Check(cudaFreeAsync(*pooled, stream), "cudaFreeAsync"));
-      *pooled = nullptr;
+          Check(cudaFreeAsync(buffer, stream), "cudaFreeAsync"));
     }
     TRANSPOSE_RETURN_IF_ERROR(
         Check(cudaEventRecord(copied_out, stream), "record"));
