@@ -63,7 +63,8 @@ ABSL_FLAG(
     "Largest data in one message, in bytes: a unary Transpose matrix, or one "
     "TransposeStream chunk.");
 ABSL_FLAG(uint64_t, max_matrix_bytes, uint64_t{4} << 30,
-          "Largest matrix, in bytes, for TransposeStream.");
+          "Largest matrix, in bytes, for TransposeStream (at most "
+          "--max_inflight_bytes, when that is set).");
 ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,
           "Data bytes per TransposeStream response message.");
 ABSL_FLAG(
