@@ -88,7 +88,14 @@ absl::StatusOr<DataType> DtypeOfDescr(absl::string_view descr) {
   for (const DescrEntry& entry : kDescrs) {
     if (entry.descr == normalized) return entry.dtype;
   }
-  if (!descr.empty() && descr[0] == '>') {
+  if (absl::StartsWith(descr, "[")) {
+    return Invalid(
+        "structured dtypes (records of named fields) are not supported; save "
+        "one field as a plain array");
+  }
+  // One-byte types were made order-free above: '>b1' is unsupported, not
+  // big-endian.
+  if (!normalized.empty() && normalized[0] == '>') {
     return Invalid(absl::StrCat(
         "dtype '", descr,
         "' is big-endian; convert with a.astype(a.dtype.newbyteorder('<'))"));

@@ -88,6 +88,12 @@ TEST(NpyTest, RejectsWhatItCannotTranspose) {
        "big-endian"},
       {File("{'descr': '|b1', 'fortran_order': False, 'shape': (3, 4), }", 12),
        "not supported"},
+      {File("{'descr': '>b1', 'fortran_order': False, 'shape': (3, 4), }", 12),
+       "'>b1' is not supported"},
+      {File("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3, "
+            "4), }",
+            48),
+       "structured dtypes"},
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }", 48),
        "1 dimensions"},
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 47),
