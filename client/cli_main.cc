@@ -28,6 +28,7 @@
 #include "client/npy.h"
 #include "client/progress_bar.h"
 #include "proto/convert.h"
+#include "server/core/files.h"
 #include "server/core/process.h"
 
 ABSL_FLAG(std::string, server, "localhost:50051",

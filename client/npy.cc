@@ -1,10 +1,6 @@
 #include "client/npy.h"
 
 #include <array>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -213,30 +209,6 @@ std::string FormatNpyHeader(DataType dtype, const MatrixShape& shape,
     header.push_back(static_cast<char>(len >> 24 & 0xff));
   }
   return header + dict;
-}
-
-absl::StatusOr<NpyFile> ReadNpyFile(const std::string& path,
-                                    std::optional<DataType> dtype_override) {
-  NpyFile file;
-  TRANSPOSE_ASSIGN_OR_RETURN(file.contents, ReadFile(path));
-  absl::StatusOr<NpyHeader> header =
-      ParseNpyHeader(file.contents, dtype_override);
-  if (!header.ok()) {
-    return absl::Status(header.status().code(),
-                        absl::StrCat(path, ": ", header.status().message()));
-  }
-  file.header = *header;
-  return file;
-}
-
-absl::Status WriteNpyFile(const std::string& path, DataType dtype,
-                          const MatrixShape& shape, bool batched,
-                          absl::Span<const uint8_t> data) {
-  const std::string header = FormatNpyHeader(dtype, shape, batched);
-  const absl::string_view parts[] = {
-      header, absl::string_view(reinterpret_cast<const char*>(data.data()),
-                                data.size())};
-  return WriteFile(path, parts);
 }
 
 }  // namespace transpose

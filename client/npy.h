@@ -11,8 +11,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/types/span.h"
-#include "server/core/files.h"
 #include "server/core/matrix.h"
 
 namespace transpose {
@@ -24,17 +22,6 @@ struct NpyHeader {
   bool batched = false;
   // Where the elements start in the file.
   size_t data_offset = 0;
-};
-
-// A whole .npy file in memory.
-struct NpyFile {
-  NpyHeader header;
-  std::string contents;
-  absl::Span<const uint8_t> data() const {
-    return {
-        reinterpret_cast<const uint8_t*>(contents.data()) + header.data_offset,
-        contents.size() - header.data_offset};
-  }
 };
 
 // The descr NumPy writes for `dtype` ("<f4", "|u1", ...).
@@ -56,13 +43,6 @@ std::string FormatNpyHeader(DataType dtype, const MatrixShape& shape,
 
 // Whether `file` starts with the .npy magic.
 bool IsNpy(absl::string_view file);
-
-absl::StatusOr<NpyFile> ReadNpyFile(
-    const std::string& path,
-    std::optional<DataType> dtype_override = std::nullopt);
-absl::Status WriteNpyFile(const std::string& path, DataType dtype,
-                          const MatrixShape& shape, bool batched,
-                          absl::Span<const uint8_t> data);
 
 }  // namespace transpose
 
