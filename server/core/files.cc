@@ -4,12 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"

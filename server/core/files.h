@@ -4,6 +4,7 @@
 #define TRANSPOSE_SERVER_CORE_FILES_H_
 
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
