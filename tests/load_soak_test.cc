@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -29,20 +28,6 @@ namespace {
 
 using testing::ReferenceTranspose;
 using testing::ServerProcess;
-
-// The server's resident memory, in bytes.
-double ResidentBytes(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      double kib = 0;
-      if (absl::SimpleAtod(line.substr(6, line.find(" kB") - 6), &kib))
-        return kib * 1024;
-    }
-  }
-  return 0;
-}
 
 std::unique_ptr<ServerProcess> Start() {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
@@ -178,7 +163,7 @@ TEST(SoakTest, MemoryStaysFlatThroughRequestsCancellationsAndBadInput) {
   // put part of that climb inside the comparison.
   round(450);
   const uint64_t warm_requests = ok + cancelled + rejected + unexpected;
-  const double warm = ResidentBytes(server->pid());
+  const double warm = static_cast<double>(server->ResidentBytes());
   // Rounds of 1600 requests after it; TRANSPOSE_SOAK_ROUNDS makes the soak
   // longer.
   int rounds = 6;
@@ -188,7 +173,7 @@ TEST(SoakTest, MemoryStaysFlatThroughRequestsCancellationsAndBadInput) {
   std::vector<double> readings;
   for (int r = 0; r < rounds; ++r) {
     round(200);
-    readings.push_back(ResidentBytes(server->pid()));
+    readings.push_back(static_cast<double>(server->ResidentBytes()));
   }
   const uint64_t total = ok + cancelled + rejected + unexpected - warm_requests;
   std::string trace;

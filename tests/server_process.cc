@@ -9,15 +9,18 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
 namespace transpose::testing {
@@ -154,6 +157,35 @@ ServerProcess::ServerProcess(pid_t pid, int port, int metrics_port)
 
 ServerProcess::~ServerProcess() {
   if (running_) Stop(SIGKILL);
+}
+
+namespace {
+
+// A "Name:   N kB" line of /proc/PID/status, in bytes.
+uint64_t StatusBytes(pid_t pid, absl::string_view name) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
+        line[name.size()] != ':') {
+      continue;
+    }
+    uint64_t kib = 0;
+    absl::string_view value = absl::StripAsciiWhitespace(absl::StripSuffix(
+        absl::string_view(line).substr(name.size() + 1), "kB"));
+    return absl::SimpleAtoi(value, &kib) ? kib << 10 : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+uint64_t ServerProcess::ResidentBytes() const {
+  return StatusBytes(pid_, "VmRSS");
+}
+
+uint64_t ServerProcess::PeakResidentBytes() const {
+  return StatusBytes(pid_, "VmHWM");
 }
 
 std::string ServerProcess::address() const {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,10 @@ class ServerProcess {
   // 0 when metrics are disabled.
   int metrics_port() const { return metrics_port_; }
   pid_t pid() const { return pid_; }
+  // Its resident memory now (VmRSS) and at its peak (VmHWM), in bytes; 0 if
+  // /proc cannot tell.
+  uint64_t ResidentBytes() const;
+  uint64_t PeakResidentBytes() const;
 
   // Sends `signal` and waits up to `timeout` for the exit; returns the exit
   // code, or -signal when it died of a signal. Kills it (SIGKILL) if it
