@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
+#include <grpcpp/resource_quota.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -84,6 +85,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<uint64_t>(options.max_message_bytes + kHeaderRoom, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);
+  if (options.max_transport_bytes > 0) {
+    grpc::ResourceQuota quota("transpose_transport");
+    quota.Resize(options.max_transport_bytes);
+    builder.SetResourceQuota(quota);  // The builder takes its own reference.
+  }
   builder.AddChannelArgument(
       GRPC_ARG_KEEPALIVE_TIME_MS,
       static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));

@@ -17,8 +17,15 @@ namespace transpose {
 struct GrpcServerOptions {
   // host:port; port 0 picks a free port.
   std::string address = "0.0.0.0:50051";
-  // Largest data field of a received message.
+  // Largest data field of a received message. gRPC checks it only once the
+  // whole message has arrived, so it bounds what a call may send, not what the
+  // server buffers: max_transport_bytes does that.
   uint64_t max_message_bytes = uint64_t{64} << 20;
+  // Memory gRPC may hold for received data, all connections together (0: no
+  // limit). Near it gRPC shrinks its flow-control windows, so uploads slow
+  // down; at it, gRPC resets the calls holding the most, which see
+  // RESOURCE_EXHAUSTED.
+  uint64_t max_transport_bytes = 0;
   // The service whose health status SetServing sets, besides the server's ("").
   std::string health_service_name;
   // TLS: PEM certificate chain and private key; empty serves plaintext.

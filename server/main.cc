@@ -77,6 +77,13 @@ ABSL_FLAG(uint64_t, device_pool_bytes, uint64_t{8} << 30,
 ABSL_FLAG(uint64_t, max_inflight_bytes, uint64_t{8} << 30,
           "Bytes of matrices the server holds at once; requests past it get "
           "RESOURCE_EXHAUSTED at once (0: no limit).");
+ABSL_FLAG(uint64_t, max_transport_bytes, 0,
+          "Memory gRPC may hold for received messages, all calls together: 0 "
+          "(--max_inflight_bytes plus 1 GiB, or no limit without that) or at "
+          "least --max_inflight_bytes. gRPC receives a whole message before it "
+          "checks --max_message_bytes; this bounds what oversized or flooding "
+          "calls can make the server buffer. Near it uploads slow down; at "
+          "it, the calls holding the most get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_inflight_requests, 256,
           "Requests the server holds at once; past it, RESOURCE_EXHAUSTED at "
           "once (0: no limit).");
@@ -130,6 +137,16 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
   return backends;
 }
 
+// gRPC's memory quota. By default it covers the admission budget (see
+// CheckFlags) plus room for messages not yet admitted and data in flight;
+// without an admission budget there is no default quota either.
+uint64_t TransportQuota(uint64_t flag, const EngineOptions& engine) {
+  constexpr uint64_t kRoomForUnadmitted = uint64_t{1} << 30;
+  if (flag > 0) return flag;
+  if (engine.max_inflight_bytes == 0) return 0;
+  return engine.max_inflight_bytes + kRoomForUnadmitted;
+}
+
 // Refuses flag values that cannot work, before anything starts: a zero
 // response chunk would send empty messages forever, a negative count or
 // duration means nothing, gRPC's message limits are 32-bit, and the client
@@ -171,6 +188,22 @@ absl::Status CheckFlags() {
   }
   if (absl::GetFlag(FLAGS_max_matrix_bytes) == 0) {
     return absl::InvalidArgumentError("--max_matrix_bytes=0: expected > 0");
+  }
+  // The CPU backend transposes straight from the received messages, so an
+  // admitted upload can hold its whole matrix in gRPC's buffers.
+  const uint64_t transport = absl::GetFlag(FLAGS_max_transport_bytes);
+  const uint64_t inflight = absl::GetFlag(FLAGS_max_inflight_bytes);
+  if (transport > 0 && inflight == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_transport_bytes=%d: expected 0 with --max_inflight_bytes=0 "
+        "(admitted uploads, without limit, may be held in gRPC's buffers)",
+        transport));
+  }
+  if (transport > 0 && transport < inflight) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_transport_bytes=%d: expected 0 or at least --max_inflight_bytes "
+        "(%d): admitted uploads may be held in gRPC's buffers",
+        transport, inflight));
   }
   const std::pair<const char*, int> counts[] = {
       {"streams_per_device", absl::GetFlag(FLAGS_streams_per_device)},
@@ -363,6 +396,8 @@ int Run() {
   server_options.address = absl::GetFlag(FLAGS_address);
   server_options.reflection = !access.enabled();
   server_options.max_message_bytes = service_options.max_message_bytes;
+  server_options.max_transport_bytes =
+      TransportQuota(absl::GetFlag(FLAGS_max_transport_bytes), engine_options);
   server_options.keepalive_time =
       absl::Seconds(absl::GetFlag(FLAGS_keepalive_seconds));
   server_options.keepalive_timeout =

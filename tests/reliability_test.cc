@@ -253,6 +253,50 @@ TEST_F(ReliabilityTest, AnExpiredDeadlineGivesEverythingBack) {
   EXPECT_TRUE(Transpose(*client, 1536, 1024).ok());
 }
 
+// gRPC receives a whole message before it checks --max_message_bytes, so
+// without a quota on its buffers one call can make the server hold gigabytes.
+// With --max_transport_bytes the call is reset once the quota fills, and the
+// server keeps serving ordinary calls under the same quota.
+TEST_F(ReliabilityTest, AnOversizedMessageIsCutOffAtTheTransportQuota) {
+  auto server = Start({"--max_message_bytes=1048576",
+                       absl::StrCat("--max_inflight_bytes=", 96 * kMiB),
+                       absl::StrCat("--max_transport_bytes=", 128 * kMiB)});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  ASSERT_TRUE(Transpose(*client, 8, 8).ok());
+  const uint64_t peak_before = server->PeakResidentBytes();
+
+  constexpr uint64_t kHuge = 1024 * kMiB;
+  {
+    auto stub = v1::TransposeService::NewStub(client->channel());
+    grpc::ClientContext context;
+    v1::TransposeRequest request = Header(16384, 16384);
+    request.mutable_data()->resize(kHuge, '\1');
+    v1::TransposeResponse response;
+    const grpc::Status status = stub->Transpose(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << status.error_message();
+  }
+  const uint64_t growth = server->PeakResidentBytes() - peak_before;
+  EXPECT_LT(growth, kHuge / 2) << "the server buffered the message";
+
+  // A message just over the limit is still refused by gRPC's own check.
+  {
+    auto stub = v1::TransposeService::NewStub(client->channel());
+    grpc::ClientContext context;
+    v1::TransposeRequest request = Header(512, 1024);
+    request.mutable_data()->resize(2 * kMiB, '\1');
+    v1::TransposeResponse response;
+    const grpc::Status status = stub->Transpose(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(status.error_message(), HasSubstr("larger than max"));
+  }
+  // Ordinary calls go through under the same quota: 1 MiB unary, and a
+  // 64 MiB stream in 1 MiB messages.
+  EXPECT_TRUE(Transpose(*client, 512, 512).ok());
+  EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
+}
+
 // A client whose connection goes silent mid-upload, without closing (its host
 // vanished, the network was cut), is noticed by keepalive: its call is
 // cancelled and its admission given back long before its deadline.
@@ -353,7 +397,8 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
         "--max_message_bytes=1048575", "--max_message_bytes=4294967296",
         "--max_matrix_bytes=0", "--streams_per_device=-1", "--cpu_threads=-2",
         "--max_inflight_requests=-1", "--drain_seconds=-1",
-        "--unready_seconds=nan", "--backend=gpu", "--tls_cert=cert.pem",
+        "--unready_seconds=nan", "--backend=gpu",
+        "--max_transport_bytes=1048576", "--tls_cert=cert.pem",
         "--tls_key=key.pem", "--tls_client_ca=ca.pem"}) {
     const auto [code, text] =
         ServerProcess::RunUntilExit({"--backend=cpu", flag});
