@@ -21,10 +21,11 @@ struct GrpcServerOptions {
   // whole message has arrived, so it bounds what a call may send, not what the
   // server buffers: max_transport_bytes does that.
   uint64_t max_message_bytes = uint64_t{64} << 20;
-  // Memory gRPC may hold for received data, all connections together (0: no
-  // limit). Near it gRPC shrinks its flow-control windows, so uploads slow
-  // down; at it, gRPC resets the calls holding the most, which see
-  // RESOURCE_EXHAUSTED.
+  // Roughly the memory gRPC may hold for received data, all connections
+  // together (0: no limit). The quota is soft: near it gRPC shrinks its
+  // flow-control windows, so uploads slow down; once it is used up, gRPC
+  // resets streams of a connection holding memory (not always the offending
+  // call's), which see RESOURCE_EXHAUSTED.
   uint64_t max_transport_bytes = 0;
   // The service whose health status SetServing sets, besides the server's ("").
   std::string health_service_name;

@@ -6,6 +6,7 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -78,12 +79,12 @@ ABSL_FLAG(uint64_t, max_inflight_bytes, uint64_t{8} << 30,
           "Bytes of matrices the server holds at once; requests past it get "
           "RESOURCE_EXHAUSTED at once (0: no limit).");
 ABSL_FLAG(uint64_t, max_transport_bytes, 0,
-          "Memory gRPC may hold for received messages, all calls together: 0 "
-          "(--max_inflight_bytes plus 1 GiB, or no limit without that) or at "
-          "least --max_inflight_bytes. gRPC receives a whole message before it "
-          "checks --max_message_bytes; this bounds what oversized or flooding "
-          "calls can make the server buffer. Near it uploads slow down; at "
-          "it, the calls holding the most get RESOURCE_EXHAUSTED.");
+          "Roughly the memory gRPC may hold for received messages, all calls "
+          "together (gRPC reads a whole message before it checks "
+          "--max_message_bytes). 0: --max_inflight_bytes plus the larger of "
+          "1 GiB and 4 x --max_message_bytes (no limit when "
+          "--max_inflight_bytes is 0). Else at least --max_inflight_bytes + "
+          "--max_message_bytes.");
 ABSL_FLAG(int, max_inflight_requests, 256,
           "Requests the server holds at once; past it, RESOURCE_EXHAUSTED at "
           "once (0: no limit).");
@@ -137,20 +138,34 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
   return backends;
 }
 
-// gRPC's memory quota. By default it covers the admission budget (see
-// CheckFlags) plus room for messages not yet admitted and data in flight;
-// without an admission budget there is no default quota either.
-uint64_t TransportQuota(uint64_t flag, const EngineOptions& engine) {
-  constexpr uint64_t kRoomForUnadmitted = uint64_t{1} << 30;
+// Adds without wrapping past what gRPC's signed quota arithmetic can hold.
+uint64_t QuotaSum(uint64_t a, uint64_t b) {
+  constexpr uint64_t kMax = INT64_MAX;
+  return a >= kMax || b >= kMax - a ? kMax : a + b;
+}
+
+// The smallest quota that leaves room for every admitted upload plus one more
+// message: the CPU backend transposes straight from the received messages, so
+// admitted uploads may sit in gRPC's buffers.
+uint64_t MinTransportQuota(uint64_t inflight, uint64_t message) {
+  return QuotaSum(inflight, message);
+}
+
+// gRPC's memory quota: by default the admission budget plus room for messages
+// not yet admitted and data in flight. Without an admission budget there is no
+// default quota either.
+uint64_t TransportQuota(uint64_t flag, uint64_t inflight, uint64_t message) {
+  constexpr uint64_t kMinRoom = uint64_t{1} << 30;
   if (flag > 0) return flag;
-  if (engine.max_inflight_bytes == 0) return 0;
-  return engine.max_inflight_bytes + kRoomForUnadmitted;
+  if (inflight == 0) return 0;
+  return QuotaSum(inflight, std::max(kMinRoom, QuotaSum(message, 3 * message)));
 }
 
 // Refuses flag values that cannot work, before anything starts: a zero
 // response chunk would send empty messages forever, a negative count or
-// duration means nothing, gRPC's message limits are 32-bit, and the client
-// library sends up to 1 MiB of data per message.
+// duration means nothing, gRPC's message limits are 32-bit, the client
+// library sends up to 1 MiB of data per message, and a transport quota that
+// admitted uploads can fill resets calls at random.
 absl::Status CheckFlags() {
   constexpr uint64_t kMinMessageBytes = 1 << 20;
   constexpr uint64_t kMaxMessageBytes = INT32_MAX - (1 << 20);
@@ -189,21 +204,19 @@ absl::Status CheckFlags() {
   if (absl::GetFlag(FLAGS_max_matrix_bytes) == 0) {
     return absl::InvalidArgumentError("--max_matrix_bytes=0: expected > 0");
   }
-  // The CPU backend transposes straight from the received messages, so an
-  // admitted upload can hold its whole matrix in gRPC's buffers.
   const uint64_t transport = absl::GetFlag(FLAGS_max_transport_bytes);
   const uint64_t inflight = absl::GetFlag(FLAGS_max_inflight_bytes);
-  if (transport > 0 && inflight == 0) {
+  if (transport > INT64_MAX) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--max_transport_bytes=%d: expected 0 with --max_inflight_bytes=0 "
-        "(admitted uploads, without limit, may be held in gRPC's buffers)",
-        transport));
+        "--max_transport_bytes=%d: expected at most %d", transport, INT64_MAX));
   }
-  if (transport > 0 && transport < inflight) {
+  if (transport > 0 && inflight > 0 &&
+      transport < MinTransportQuota(inflight, message)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max_transport_bytes=%d: expected 0 or at least --max_inflight_bytes "
-        "(%d): admitted uploads may be held in gRPC's buffers",
-        transport, inflight));
+        "+ --max_message_bytes (%d): admitted uploads may be held in gRPC's "
+        "buffers",
+        transport, MinTransportQuota(inflight, message)));
   }
   const std::pair<const char*, int> counts[] = {
       {"streams_per_device", absl::GetFlag(FLAGS_streams_per_device)},
@@ -396,8 +409,9 @@ int Run() {
   server_options.address = absl::GetFlag(FLAGS_address);
   server_options.reflection = !access.enabled();
   server_options.max_message_bytes = service_options.max_message_bytes;
-  server_options.max_transport_bytes =
-      TransportQuota(absl::GetFlag(FLAGS_max_transport_bytes), engine_options);
+  server_options.max_transport_bytes = TransportQuota(
+      absl::GetFlag(FLAGS_max_transport_bytes),
+      engine_options.max_inflight_bytes, service_options.max_message_bytes);
   server_options.keepalive_time =
       absl::Seconds(absl::GetFlag(FLAGS_keepalive_seconds));
   server_options.keepalive_timeout =

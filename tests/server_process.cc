@@ -188,6 +188,10 @@ uint64_t ServerProcess::PeakResidentBytes() const {
   return StatusBytes(pid_, "VmHWM");
 }
 
+void ServerProcess::ResetPeakResidentBytes() const {
+  std::ofstream(absl::StrCat("/proc/", pid_, "/clear_refs")) << "5";
+}
+
 std::string ServerProcess::address() const {
   return absl::StrCat("127.0.0.1:", port_);
 }

@@ -64,6 +64,8 @@ class ServerProcess {
   // /proc cannot tell.
   uint64_t ResidentBytes() const;
   uint64_t PeakResidentBytes() const;
+  // Starts the peak over from the resident memory now.
+  void ResetPeakResidentBytes() const;
 
   // Sends `signal` and waits up to `timeout` for the exit; returns the exit
   // code, or -signal when it died of a signal. Kills it (SIGKILL) if it
