@@ -44,7 +44,8 @@ BUILD_DIR=build-asan CMAKE_ARGS="-DTRANSPOSE_SANITIZE=address,undefined -DTRANSP
 # Debian's gRPC and Abseil are not built for TSan, so the RPC-level tests would report races that
 # those libraries order internally; the engine's concurrency is all on standard-library locks.
 echo "== ThreadSanitizer: the engine's concurrency"
-tsan_tests=(engine_concurrency_test engine_test buffer_pool_test call_gate_test worker_pool_test)
+tsan_tests=(engine_concurrency_test engine_test buffer_pool_test call_gate_test worker_pool_test
+  stall_watchdog_test)
 BUILD_DIR=build-tsan CMAKE_ARGS="-DTRANSPOSE_SANITIZE=thread -DTRANSPOSE_CUDA=OFF" \
   scripts/build.sh --target "${tsan_tests[@]}"
 (

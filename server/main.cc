@@ -94,6 +94,11 @@ ABSL_FLAG(double, unready_seconds, 2,
 ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
           "Testing only: after this many jobs, each GPU runs a kernel that "
           "faults (a sticky CUDA error), to exercise fault handling.");
+ABSL_FLAG(double, stream_idle_seconds, 120,
+          "A TransposeStream call that moves no message either way for this "
+          "long (its client stopped sending mid-upload, or stopped reading the "
+          "response) ends with DEADLINE_EXCEEDED and gives back its admission "
+          "(0: never). Time its own job takes does not count.");
 ABSL_FLAG(double, drain_seconds, 30,
           "On SIGTERM or SIGINT, how long running calls may take to finish.");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -238,6 +243,7 @@ absl::Status CheckFlags() {
   const Seconds durations[] = {
       {"unready_seconds", absl::GetFlag(FLAGS_unready_seconds), 0},
       {"drain_seconds", absl::GetFlag(FLAGS_drain_seconds), 0},
+      {"stream_idle_seconds", absl::GetFlag(FLAGS_stream_idle_seconds), 0},
       {"keepalive_seconds", absl::GetFlag(FLAGS_keepalive_seconds), 0.01},
       {"keepalive_timeout_seconds",
        absl::GetFlag(FLAGS_keepalive_timeout_seconds), 0.01}};
@@ -355,6 +361,8 @@ int Run() {
   service_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   service_options.response_chunk_bytes =
       absl::GetFlag(FLAGS_response_chunk_bytes);
+  service_options.stream_idle_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_stream_idle_seconds));
   service_options.version = TRANSPOSE_VERSION;
   AccessPolicy access_policy;
   access_policy.require_client_certificate =

@@ -113,7 +113,15 @@ TransposeService::TransposeService(Engine& engine, Metrics& metrics,
     : engine_(engine),
       metrics_(metrics),
       access_(access),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  if (options_.stream_idle_timeout > absl::ZeroDuration()) {
+    // Checks often enough that a stall ends within a quarter of the limit of
+    // it, but no more than every 10 ms.
+    stall_watchdog_ = std::make_unique<StallWatchdog>(
+        std::clamp(options_.stream_idle_timeout / 4, absl::Milliseconds(10),
+                   absl::Seconds(1)));
+  }
+}
 
 grpc::ServerUnaryReactor* TransposeService::Transpose(
     grpc::CallbackServerContext* context, const v1::TransposeRequest* request,
@@ -170,7 +178,8 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
 // deletes itself once gRPC is done with it (OnDone) and the job's callback has
 // run, whichever comes last.
 class TransposeService::StreamCall final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      private StallWatchdog::Watched {
  public:
   StreamCall(TransposeService& service, grpc::CallbackServerContext& context)
       : service_(service),
@@ -180,6 +189,8 @@ class TransposeService::StreamCall final
         assembler_([this](const TransposeSpec& spec) {
           return service_.engine_.CreateJob(spec);
         }) {
+    if (service_.stall_watchdog_ != nullptr)
+      service_.stall_watchdog_->Add(this);
     if (absl::Status allowed = scope_.Admit(service.access_, context);
         !allowed.ok()) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -189,11 +200,19 @@ class TransposeService::StreamCall final
     StartRead(&request_);
   }
 
+  // Leaves the watchdog before any member goes: a check may be running.
+  ~StreamCall() override {
+    if (service_.stall_watchdog_ != nullptr) {
+      service_.stall_watchdog_->Remove(this);
+    }
+  }
+
   void OnReadDone(bool ok) override {
     TransposeJob* job_to_run = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (finished_) return;
+      last_progress_ = absl::Now();
       if (!ok) {
         // No more data will come: the client half-closed, or the call is over.
         if (job_started_) return;
@@ -230,7 +249,9 @@ class TransposeService::StreamCall final
 
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    write_pending_ = false;
     if (finished_) return;
+    last_progress_ = absl::Now();
     if (!ok) {
       FinishLocked(EndedByTransport(context_,
                                     "the client stopped reading the response"));
@@ -261,11 +282,35 @@ class TransposeService::StreamCall final
   }
 
  private:
+  // A stalled peer: a client that stopped sending mid-upload, or stopped
+  // reading the response, with its connection alive (keepalive catches dead
+  // ones). Time its own job takes is not a stall.
+  void CheckForStall(absl::Time now) override {
+    bool write_pending;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const absl::Duration limit = service_.options_.stream_idle_timeout;
+      if (finished_ || job_running_ || now - last_progress_ < limit) return;
+      FinishLocked(absl::DeadlineExceededError(
+          absl::StrCat("the call moved no data either way for ",
+                       absl::FormatDuration(now - last_progress_),
+                       ", past the server's limit for an idle stream (",
+                       absl::FormatDuration(limit), ")")));
+      write_pending = write_pending_;
+    }
+    // The status would wait behind a write the client never reads, and that
+    // write's data holds the job (buffers and admission): cancelling drops
+    // both. Outside the lock, since gRPC may run OnCancel and OnDone inline,
+    // and OnDone may delete this call: nothing is touched after it.
+    if (write_pending) context_.TryCancel();
+  }
+
   void OnJobDone(absl::Status status) {
     bool destroy = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_running_ = false;
+      last_progress_ = absl::Now();
       if (finished_) {
         destroy = done_;
       } else if (!status.ok()) {
@@ -292,6 +337,7 @@ class TransposeService::StreamCall final
     // The chunk refers to the job's output and keeps the job alive until gRPC
     // drops it.
     response_ = wire::Encode(header, data, assembler_.job());
+    write_pending_ = true;
     StartWrite(&response_);
   }
 
@@ -312,8 +358,11 @@ class TransposeService::StreamCall final
   bool stats_sent_ = false;
   bool job_started_ = false;
   bool job_running_ = false;
+  bool write_pending_ = false;
   bool finished_ = false;
   bool done_ = false;
+  // When a message last came in or went out, or the job last finished.
+  absl::Time last_progress_ = absl::Now();
 };
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

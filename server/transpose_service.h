@@ -10,8 +10,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/time/time.h"
 #include "server/access_control.h"
 #include "server/core/call_gate.h"
+#include "server/core/stall_watchdog.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/request_assembler.h"
@@ -24,6 +26,10 @@ struct ServiceOptions {
   uint64_t max_message_bytes = uint64_t{64} << 20;
   // Data bytes per TransposeStream response message.
   uint64_t response_chunk_bytes = uint64_t{1} << 20;
+  // A TransposeStream call that moves no message either way for this long,
+  // while no job of its runs, is ended with DEADLINE_EXCEEDED and gives back
+  // its admission. Zero: never.
+  absl::Duration stream_idle_timeout = absl::Minutes(2);
   std::string version;
 };
 
@@ -75,6 +81,8 @@ class TransposeService final : public TransposeServiceBase {
   const AccessControl& access_;
   const ServiceOptions options_;
   CallGate calls_;
+  // Null when streams may idle for ever.
+  std::unique_ptr<StallWatchdog> stall_watchdog_;
 };
 
 }  // namespace transpose

@@ -307,6 +307,73 @@ TEST_F(ReliabilityTest, AnOversizedMessageIsCutOffAtTheTransportQuota) {
   EXPECT_TRUE(Transpose(*client, 2048, 2048).ok());
 }
 
+// A client whose connection stays alive but whose call stops moving data (it
+// sent a header and then nothing, or stopped reading the response) is ended
+// after --stream_idle_seconds, and its admission comes back; keepalive cannot
+// tell such a client from a healthy one.
+TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
+  auto server = Start({"--stream_idle_seconds=1"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  constexpr char kDeadlines[] =
+      "transpose_requests_total{code=\"DEADLINE_EXCEEDED\","
+      "method=\"TransposeStream\"}";
+
+  // An upload that stops after its header.
+  {
+    grpc::ClientContext context;
+    // Without the watchdog, the call would wait for this.
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(40));
+    std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+    ASSERT_TRUE(stream->Write(Header(1536, 1024)));
+    ASSERT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 6.0 * kMiB),
+              6.0 * kMiB);
+    const absl::Time stalled = absl::Now();
+    v1::TransposeResponse response;
+    EXPECT_FALSE(stream->Read(&response));
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_THAT(status.error_message(), HasSubstr("idle stream"));
+    EXPECT_GE(absl::Now() - stalled, absl::Milliseconds(900));
+    EXPECT_LT(absl::Now() - stalled, absl::Seconds(10));
+    EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+    EXPECT_EQ(AwaitGauge(*server, kDeadlines, 1), 1);
+  }
+
+  // A client that sends a 64 MiB matrix and never reads the result: the
+  // server's writes block once the flow-control windows are full.
+  {
+    grpc::ClientContext context;
+    // Without the watchdog, the call would wait for this.
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(40));
+    std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+    const std::string chunk(kMiB, '\3');
+    v1::TransposeRequest request = Header(4096, 4096);
+    for (int i = 0; i < 64; ++i) {
+      request.set_data(chunk);
+      ASSERT_TRUE(stream->Write(request));
+      request.Clear();
+    }
+    ASSERT_TRUE(stream->WritesDone());
+    EXPECT_EQ(
+        AwaitGauge(*server, "transpose_admitted_bytes", 0, absl::Seconds(20)),
+        0);
+    v1::TransposeResponse response;
+    while (stream->Read(&response)) {
+    }
+    // Its status could not overtake the data it does not read: the server
+    // cancels the call, and counts it as timed out.
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_EQ(AwaitGauge(*server, kDeadlines, 2), 2);
+  }
+
+  // Calls that keep moving are not cut short, however long they take.
+  EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
+}
+
 // A client whose connection goes silent mid-upload, without closing (its host
 // vanished, the network was cut), is noticed by keepalive: its call is
 // cancelled and its admission given back long before its deadline.
