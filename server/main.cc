@@ -95,10 +95,11 @@ ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
           "Testing only: after this many jobs, each GPU runs a kernel that "
           "faults (a sticky CUDA error), to exercise fault handling.");
 ABSL_FLAG(double, stream_idle_seconds, 120,
-          "A TransposeStream call that moves no message either way for this "
-          "long (its client stopped sending mid-upload, or stopped reading the "
-          "response) ends with DEADLINE_EXCEEDED and gives back its admission "
-          "(0: never). Time its own job takes does not count.");
+          "A TransposeStream call that finishes no message either way for "
+          "this long (its client stopped sending mid-upload, or stopped "
+          "reading the response) ends with DEADLINE_EXCEEDED and gives back "
+          "its admission; time its own job takes does not count. 0: never; "
+          "else at least 1.");
 ABSL_FLAG(double, drain_seconds, 30,
           "On SIGTERM or SIGINT, how long running calls may take to finish.");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -253,6 +254,13 @@ absl::Status CheckFlags() {
           absl::StrFormat("--%s=%g: expected %g to 86400 seconds",
                           duration.name, duration.value, duration.min));
     }
+  }
+  // Under a second, calls that are merely between messages would be cut.
+  const double idle = absl::GetFlag(FLAGS_stream_idle_seconds);
+  if (idle > 0 && idle < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--stream_idle_seconds=%g: expected 0 (never) or 1 to 86400 seconds",
+        idle));
   }
   return absl::OkStatus();
 }

@@ -189,13 +189,16 @@ class TransposeService::StreamCall final
         assembler_([this](const TransposeSpec& spec) {
           return service_.engine_.CreateJob(spec);
         }) {
-    if (service_.stall_watchdog_ != nullptr)
-      service_.stall_watchdog_->Add(this);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (absl::Status allowed = scope_.Admit(service.access_, context);
         !allowed.ok()) {
-      std::lock_guard<std::mutex> lock(mutex_);
       FinishLocked(allowed);
       return;
+    }
+    // Under the lock, so that no check can finish the call before its first
+    // read is started.
+    if (service_.stall_watchdog_ != nullptr) {
+      service_.stall_watchdog_->Add(this);
     }
     StartRead(&request_);
   }
@@ -212,7 +215,7 @@ class TransposeService::StreamCall final
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (finished_) return;
-      last_progress_ = absl::Now();
+      last_progress_ = StallWatchdog::Clock::now();
       if (!ok) {
         // No more data will come: the client half-closed, or the call is over.
         if (job_started_) return;
@@ -251,7 +254,7 @@ class TransposeService::StreamCall final
     std::lock_guard<std::mutex> lock(mutex_);
     write_pending_ = false;
     if (finished_) return;
-    last_progress_ = absl::Now();
+    last_progress_ = StallWatchdog::Clock::now();
     if (!ok) {
       FinishLocked(EndedByTransport(context_,
                                     "the client stopped reading the response"));
@@ -285,23 +288,23 @@ class TransposeService::StreamCall final
   // A stalled peer: a client that stopped sending mid-upload, or stopped
   // reading the response, with its connection alive (keepalive catches dead
   // ones). Time its own job takes is not a stall.
-  void CheckForStall(absl::Time now) override {
+  void CheckForStall(StallWatchdog::Clock::time_point now) override {
     bool write_pending;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const absl::Duration limit = service_.options_.stream_idle_timeout;
-      if (finished_ || job_running_ || now - last_progress_ < limit) return;
-      FinishLocked(absl::DeadlineExceededError(
-          absl::StrCat("the call moved no data either way for ",
-                       absl::FormatDuration(now - last_progress_),
-                       ", past the server's limit for an idle stream (",
-                       absl::FormatDuration(limit), ")")));
+      const absl::Duration idle = absl::FromChrono(now - last_progress_);
+      if (finished_ || job_running_ || idle < limit) return;
+      FinishLocked(absl::DeadlineExceededError(absl::StrCat(
+          "the call moved no data either way for ", absl::FormatDuration(idle),
+          ", past the server's limit for an idle stream (",
+          absl::FormatDuration(limit), ")")));
       write_pending = write_pending_;
     }
     // The status would wait behind a write the client never reads, and that
     // write's data holds the job (buffers and admission): cancelling drops
-    // both. Outside the lock, since gRPC may run OnCancel and OnDone inline,
-    // and OnDone may delete this call: nothing is touched after it.
+    // both. OnCancel and OnDone then run on gRPC's threads; OnDone may delete
+    // this call, which waits in the destructor for this check to return.
     if (write_pending) context_.TryCancel();
   }
 
@@ -310,7 +313,7 @@ class TransposeService::StreamCall final
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_running_ = false;
-      last_progress_ = absl::Now();
+      last_progress_ = StallWatchdog::Clock::now();
       if (finished_) {
         destroy = done_;
       } else if (!status.ok()) {
@@ -362,7 +365,7 @@ class TransposeService::StreamCall final
   bool finished_ = false;
   bool done_ = false;
   // When a message last came in or went out, or the job last finished.
-  absl::Time last_progress_ = absl::Now();
+  StallWatchdog::Clock::time_point last_progress_ = StallWatchdog::Clock::now();
 };
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

@@ -327,10 +327,11 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(40));
     std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+    // The server's idle time starts after this, when the header arrives.
+    const absl::Time stalled = absl::Now();
     ASSERT_TRUE(stream->Write(Header(1536, 1024)));
     ASSERT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 6.0 * kMiB),
               6.0 * kMiB);
-    const absl::Time stalled = absl::Now();
     v1::TransposeResponse response;
     EXPECT_FALSE(stream->Read(&response));
     const grpc::Status status = stream->Finish();
@@ -370,7 +371,26 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
     EXPECT_EQ(AwaitGauge(*server, kDeadlines, 2), 2);
   }
 
-  // Calls that keep moving are not cut short, however long they take.
+  // A reader slower than the limit in all, but never idle for as long, gets
+  // its whole result: 4 MiB in 1 MiB messages, read 0.4 s apart.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(40));
+    std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+    v1::TransposeRequest request = Header(1024, 1024);
+    request.set_data(std::string(4 * kMiB, '\5'));
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->WritesDone());
+    uint64_t received = 0;
+    v1::TransposeResponse response;
+    while (stream->Read(&response)) {
+      received += response.data().size();
+      absl::SleepFor(absl::Milliseconds(400));
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_EQ(received, 4 * kMiB);
+  }
   EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
 }
 
@@ -475,8 +495,8 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
         "--max_matrix_bytes=0", "--streams_per_device=-1", "--cpu_threads=-2",
         "--max_inflight_requests=-1", "--drain_seconds=-1",
         "--unready_seconds=nan", "--backend=gpu",
-        "--max_transport_bytes=1048576", "--tls_cert=cert.pem",
-        "--tls_key=key.pem", "--tls_client_ca=ca.pem"}) {
+        "--max_transport_bytes=1048576", "--stream_idle_seconds=0.5",
+        "--tls_cert=cert.pem", "--tls_key=key.pem", "--tls_client_ca=ca.pem"}) {
     const auto [code, text] =
         ServerProcess::RunUntilExit({"--backend=cpu", flag});
     EXPECT_EQ(code, 2) << flag << ": " << text;

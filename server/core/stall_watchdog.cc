@@ -2,8 +2,6 @@
 
 #include <vector>
 
-#include "absl/time/clock.h"
-
 namespace transpose {
 
 StallWatchdog::StallWatchdog(absl::Duration period)
@@ -35,7 +33,7 @@ void StallWatchdog::Run() {
   std::vector<Watched*> round;
   while (!changed_.wait_for(lock, absl::ToChronoNanoseconds(period_),
                             [this] { return stopping_; })) {
-    const absl::Time now = absl::Now();
+    const Clock::time_point now = Clock::now();
     round.assign(watched_.begin(), watched_.end());
     for (Watched* watched : round) {
       // Removed (and maybe destroyed) since the round began.

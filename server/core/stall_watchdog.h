@@ -6,6 +6,7 @@
 #ifndef TRANSPOSE_SERVER_CORE_STALL_WATCHDOG_H_
 #define TRANSPOSE_SERVER_CORE_STALL_WATCHDOG_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -17,13 +18,18 @@ namespace transpose {
 
 class StallWatchdog {
  public:
+  // Monotonic, so that a change of the system's time neither cuts calls short
+  // nor hides stalls.
+  using Clock = std::chrono::steady_clock;
+
   class Watched {
    public:
     virtual ~Watched() = default;
     // Called on the watchdog's thread every period while registered, with no
-    // lock of the watchdog's held: it may end the call, and whatever that runs
-    // inline may Remove this object and destroy it.
-    virtual void CheckForStall(absl::Time now) = 0;
+    // lock of the watchdog's held (a slow check holds up no Add or Remove). It
+    // may end the call; should that remove and destroy this object inline,
+    // it must touch nothing afterwards.
+    virtual void CheckForStall(Clock::time_point now) = 0;
   };
 
   // Checks every `period`, on its own thread.

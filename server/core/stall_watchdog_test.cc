@@ -1,6 +1,7 @@
 #include "server/core/stall_watchdog.h"
 
 #include <atomic>
+#include <chrono>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -10,8 +11,8 @@ namespace {
 
 class CountingWatched : public StallWatchdog::Watched {
  public:
-  void CheckForStall(absl::Time now) override {
-    EXPECT_GE(now, absl::Now() - absl::Seconds(1));
+  void CheckForStall(StallWatchdog::Clock::time_point now) override {
+    EXPECT_GE(now, StallWatchdog::Clock::now() - std::chrono::seconds(1));
     checks_.fetch_add(1);
     // Slow checks widen the window in which Remove has to wait for one.
     absl::SleepFor(absl::Milliseconds(1));
@@ -52,7 +53,7 @@ TEST(StallWatchdogTest, ChecksEachRegisteredCallEveryPeriodUntilRemoved) {
 TEST(StallWatchdogTest, RemoveWaitsForARunningCheck) {
   class Flagging : public StallWatchdog::Watched {
    public:
-    void CheckForStall(absl::Time) override {
+    void CheckForStall(StallWatchdog::Clock::time_point) override {
       inside_.store(true);
       absl::SleepFor(absl::Milliseconds(20));
       inside_.store(false);
@@ -80,7 +81,7 @@ TEST(StallWatchdogTest, ACheckMayRemoveItsOwnObject) {
   class SelfRemoving : public StallWatchdog::Watched {
    public:
     explicit SelfRemoving(StallWatchdog& watchdog) : watchdog_(watchdog) {}
-    void CheckForStall(absl::Time) override {
+    void CheckForStall(StallWatchdog::Clock::time_point) override {
       watchdog_.Remove(this);
       removed_.store(true);
     }
