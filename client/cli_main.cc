@@ -4,6 +4,7 @@
 //   transpose transpose --in A.bin --rows R --cols C --dtype float32 --out
 //   B.bin transpose info | health | bench --concurrency 8 --duration 10s
 //   --shape 1024x1024
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -37,6 +38,10 @@ ABSL_FLAG(std::string, server, "localhost:50051",
 ABSL_FLAG(std::optional<absl::Duration>, deadline, std::nullopt,
           "Deadline of each call (default: 10m for transposes and bench, 5s "
           "for info and health).");
+ABSL_FLAG(int, attempts, 4,
+          "Attempts per transpose when the server is busy or unreachable "
+          "(RESOURCE_EXHAUSTED, UNAVAILABLE), with backoff, within the "
+          "deadline; 1: no retries.");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the server's bearer token (--auth_token_file there).");
 ABSL_FLAG(bool, tls, false,
@@ -113,6 +118,7 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
   ClientOptions options;
   options.target = absl::GetFlag(FLAGS_server);
   options.default_timeout = Deadline(/*quick_call=*/false);
+  options.max_attempts = std::max(1, absl::GetFlag(FLAGS_attempts));
   options.tls = absl::GetFlag(FLAGS_tls);
   const std::pair<std::string, std::string*> files[] = {
       {absl::GetFlag(FLAGS_tls_ca), &options.tls_root_certs_pem},

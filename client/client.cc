@@ -10,7 +10,9 @@
 #include <string>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proto/convert.h"
@@ -42,7 +44,38 @@ absl::Status CheckResponseHeader(const MatrixView& input,
   return absl::OkStatus();
 }
 
+// Refusals that may go another way on a later attempt: the server was busy,
+// draining or out of reach, or the connection was lost.
+bool IsTransient(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted ||
+         status.code() == absl::StatusCode::kUnavailable;
+}
+
+// A wait drawn from half to all of `backoff`, so that clients refused together
+// do not come back together.
+absl::Duration Jittered(absl::Duration backoff) {
+  thread_local absl::BitGen random;
+  return backoff * absl::Uniform(random, 0.5, 1.0);
+}
+
 }  // namespace
+
+// The server's advice on retrying a failed call, from its trailing metadata
+// (gRFC A6): a negative pushback means do not, else wait that long.
+void Client::ReadRetryAdvice(const grpc::ClientContext& context,
+                             Attempt& attempt) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto it = trailers.find(api::kRetryPushbackKey);
+  if (it == trailers.end()) return;
+  int64_t ms = 0;
+  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()),
+                        &ms) ||
+      ms < 0) {
+    attempt.never_retry = true;
+    return;
+  }
+  attempt.pushback = absl::Milliseconds(ms);
+}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     const ClientOptions& options) {
@@ -87,11 +120,16 @@ Client::Client(const ClientOptions& options,
       channel_(std::move(channel)),
       stub_(v1::TransposeService::NewStub(channel_)) {}
 
-void Client::PrepareContext(grpc::ClientContext& context,
-                            absl::Duration timeout) const {
+absl::Time Client::DeadlineAfter(absl::Duration timeout) const {
   if (timeout <= absl::ZeroDuration()) timeout = options_.default_timeout;
-  if (timeout != absl::InfiniteDuration()) {
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                             : absl::Now() + timeout;
+}
+
+void Client::PrepareContext(grpc::ClientContext& context,
+                            absl::Time deadline) const {
+  if (deadline != absl::InfiniteFuture()) {
+    context.set_deadline(absl::ToChronoTime(deadline));
   }
   if (!options_.bearer_token.empty()) {
     context.AddMetadata("authorization",
@@ -124,23 +162,43 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     return absl::InvalidArgumentError(absl::StrFormat(
         "output holds %d bytes; the result needs %d", output.size(), bytes));
   }
-  if (!call.force_stream && bytes <= options_.unary_max_bytes) {
-    return Unary(input, output, call);
+  const bool unary = !call.force_stream && bytes <= options_.unary_max_bytes;
+  const absl::Time deadline = DeadlineAfter(call.timeout);
+  absl::Duration backoff = options_.initial_backoff;
+  for (int attempt = 1;; ++attempt) {
+    Attempt outcome;
+    absl::StatusOr<TransposeStats> stats =
+        unary ? Unary(input, output, call, deadline, outcome)
+              : Stream(input, output, call, deadline, outcome);
+    if (stats.ok() || attempt >= options_.max_attempts ||
+        !IsTransient(stats.status()) || outcome.never_retry) {
+      return stats;
+    }
+    const absl::Duration wait = outcome.pushback != absl::InfiniteDuration()
+                                    ? outcome.pushback
+                                    : Jittered(backoff);
+    if (absl::Now() + wait >= deadline) return stats;
+    absl::SleepFor(wait);
+    backoff = std::min(2 * backoff, options_.max_backoff);
   }
-  return Stream(input, output, call);
 }
 
 absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
                                              absl::Span<uint8_t> output,
-                                             const CallOptions& call) {
+                                             const CallOptions& call,
+                                             absl::Time deadline,
+                                             Attempt& attempt) {
   v1::TransposeRequest request;
   FillHeader(input, call, request);
   request.set_data(input.data.data(), input.data.size());
   v1::TransposeResponse response;
   grpc::ClientContext context;
-  PrepareContext(context, call.timeout);
-  TRANSPOSE_RETURN_IF_ERROR(
-      api::FromGrpcStatus(stub_->Transpose(&context, request, &response)));
+  PrepareContext(context, deadline);
+  const grpc::Status status = stub_->Transpose(&context, request, &response);
+  if (!status.ok()) {
+    ReadRetryAdvice(context, attempt);
+    return api::FromGrpcStatus(status);
+  }
   TRANSPOSE_RETURN_IF_ERROR(CheckResponseHeader(input, response));
   if (response.data().size() != output.size()) {
     return absl::DataLossError(
@@ -159,9 +217,11 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
 // completion queue per call, so calls from many threads never meet.
 absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                                               absl::Span<uint8_t> output,
-                                              const CallOptions& call) {
+                                              const CallOptions& call,
+                                              absl::Time deadline,
+                                              Attempt& attempt) {
   grpc::ClientContext context;
-  PrepareContext(context, call.timeout);
+  PrepareContext(context, deadline);
   grpc::CompletionQueue queue;
   // Waits for the one operation in flight; false when it failed (the call is
   // over).
@@ -245,6 +305,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   bool ok;
   while (queue.Next(&tag, &ok)) {
   }
+  if (!status.ok()) ReadRetryAdvice(context, attempt);
   TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
   TRANSPOSE_RETURN_IF_ERROR(protocol);
   if (progress.received_bytes != output.size() || !have_stats) {
@@ -258,7 +319,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
 
 absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   grpc::ClientContext context;
-  PrepareContext(context, timeout);
+  PrepareContext(context, DeadlineAfter(timeout));
   v1::ServerInfo info;
   TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(
       stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info)));
@@ -283,7 +344,7 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   grpc::ClientContext context;
-  PrepareContext(context, timeout);
+  PrepareContext(context, DeadlineAfter(timeout));
   grpc::GenericStub stub(channel_);
   Notification done;
   grpc::Status status;

@@ -42,6 +42,16 @@ struct ClientOptions {
   std::string bearer_token;
   // Deadline for calls that do not set their own.
   absl::Duration default_timeout = absl::Minutes(10);
+  // Attempts per Transpose call. A call that the server refused as busy
+  // (RESOURCE_EXHAUSTED) or could not take (UNAVAILABLE: draining, out of
+  // reach, connection lost) is sent again, whole, after a backoff, unless the
+  // server said that retrying cannot help (a matrix over its limit). All
+  // attempts share the call's deadline. 1: no retries.
+  int max_attempts = 4;
+  // The wait before the second attempt; each later one doubles, up to
+  // max_backoff. Each wait is drawn at random from half to all of that.
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(2);
 };
 
 // A matrix in the caller's memory: `data` holds exactly shape's elements of
@@ -65,7 +75,8 @@ struct CallOptions {
   absl::Duration timeout = absl::ZeroDuration();
   // Streams even when the matrix would fit a unary message.
   bool force_stream = false;
-  // Called after each chunk sent or received, on the calling thread.
+  // Called after each chunk sent or received, on the calling thread. A retried
+  // call starts again from zero.
   std::function<void(const TransferProgress&)> on_progress;
 };
 
@@ -106,15 +117,26 @@ class Client {
  private:
   Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
 
+  // One attempt of a call. On failure, `never_retry` says whether the server
+  // asked not to retry; `pushback` is how long it asked to wait, if it did.
+  struct Attempt {
+    bool never_retry = false;
+    absl::Duration pushback = absl::InfiniteDuration();  // None given.
+  };
   absl::StatusOr<TransposeStats> Unary(const MatrixView& input,
                                        absl::Span<uint8_t> output,
-                                       const CallOptions& call);
+                                       const CallOptions& call,
+                                       absl::Time deadline, Attempt& attempt);
   absl::StatusOr<TransposeStats> Stream(const MatrixView& input,
                                         absl::Span<uint8_t> output,
-                                        const CallOptions& call);
+                                        const CallOptions& call,
+                                        absl::Time deadline, Attempt& attempt);
+  static void ReadRetryAdvice(const grpc::ClientContext& context,
+                              Attempt& attempt);
+  // A call's deadline: `timeout` from now, or the client's default.
+  absl::Time DeadlineAfter(absl::Duration timeout) const;
   // Sets the call's deadline and credentials metadata.
-  void PrepareContext(grpc::ClientContext& context,
-                      absl::Duration timeout) const;
+  void PrepareContext(grpc::ClientContext& context, absl::Time deadline) const;
 
   const ClientOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;

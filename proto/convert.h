@@ -29,6 +29,10 @@ void ToProto(const MatrixShape& shape, v1::MatrixShape& proto);
 TransposeStats FromProto(const v1::TransposeStats& stats);
 void ToProto(const TransposeStats& stats, v1::TransposeStats& proto);
 
+// Trailing metadata by which a server tells clients whether, and after how
+// many milliseconds, to retry a failed call (gRFC A6); negative: do not.
+inline constexpr char kRetryPushbackKey[] = "grpc-retry-pushback-ms";
+
 // Status codes are numbered alike in Abseil and gRPC.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "server/core/retry.h"
 #include "server/core/status_macros.h"
 
 namespace transpose {
@@ -82,9 +83,9 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> Engine::CreateJob(
         "algorithm %d is unknown", static_cast<int>(spec.algorithm)));
   }
   if (bytes > options_.max_matrix_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
+    return NeverRetry(absl::ResourceExhaustedError(absl::StrFormat(
         "matrix of %d bytes exceeds the server's limit of %d bytes", bytes,
-        options_.max_matrix_bytes));
+        options_.max_matrix_bytes)));
   }
 
   // Least loaded healthy backend that can run the spec; ties rotate.

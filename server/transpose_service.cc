@@ -13,6 +13,7 @@
 #include "proto/convert.h"
 #include "proto/wire.h"
 #include "server/core/log.h"
+#include "server/core/retry.h"
 #include "server/core/status_macros.h"
 #include "server/request_assembler.h"
 
@@ -27,6 +28,7 @@ class RpcScope {
            grpc::CallbackServerContext& context)
       : metrics_(metrics),
         calls_(calls),
+        context_(context),
         entered_(calls.TryEnter()),
         method_(method),
         peer_(context.peer()),
@@ -57,12 +59,16 @@ class RpcScope {
       Log(LogLevel::kDebug, "%s from %s ok in %.6fs", RpcMethodName(method_),
           peer_, seconds);
     }
+    if (IsNeverRetry(status)) {
+      context_.AddTrailingMetadata(api::kRetryPushbackKey, "-1");
+    }
     return api::ToGrpcStatus(status);
   }
 
  private:
   Metrics& metrics_;
   CallGate& calls_;
+  grpc::CallbackServerContext& context_;
   const bool entered_;
   const RpcMethod method_;
   const std::string peer_;

@@ -173,10 +173,15 @@ class FreezableRelay {
 
 class ReliabilityTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Client> Connect(const ServerProcess& server) {
+  // These tests look at what the server answers, so the client does not
+  // retry (ClientRetriesABusyServerButNotAMatrixOverTheLimit tests that).
+  std::unique_ptr<Client> Connect(const ServerProcess& server,
+                                  int max_attempts = 1) {
     ClientOptions options;
     options.target = server.address();
     options.default_timeout = absl::Seconds(20);
+    options.max_attempts = max_attempts;
+    options.max_backoff = absl::Milliseconds(400);
     return *Client::Create(options);
   }
 };
@@ -392,6 +397,50 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
     EXPECT_EQ(received, 4 * kMiB);
   }
   EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
+}
+
+// The client library retries a refusal that may pass later (the server was
+// busy), with backoff, and does not retry one the server says will not (a
+// matrix over its limit).
+TEST_F(ReliabilityTest, ClientRetriesABusyServerButNotAMatrixOverTheLimit) {
+  auto server = Start({"--max_inflight_requests=1",
+                       absl::StrCat("--max_matrix_bytes=", 2 * kMiB)});
+  ASSERT_NE(server, nullptr);
+  auto once = Connect(*server);
+  auto retrying = Connect(*server, /*max_attempts=*/8);
+  auto stub = v1::TransposeService::NewStub(once->channel());
+  auto refusals = [&](const char* method) {
+    return Gauge(*server,
+                 absl::StrCat("transpose_requests_total{code=\"",
+                              "RESOURCE_EXHAUSTED\",method=\"", method, "\"}"));
+  };
+
+  // An upload stalled after its header holds the one request slot until it
+  // is cancelled, half a second on.
+  grpc::ClientContext held;
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
+  ASSERT_TRUE(stream->Write(Header(1024, 256)));
+  ASSERT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 1), 1);
+  EXPECT_EQ(Transpose(*once, 8, 8).code(),
+            absl::StatusCode::kResourceExhausted);
+  const double refused_once = refusals("Transpose");
+  EXPECT_GE(refused_once, 1);
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    held.TryCancel();
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(Transpose(*retrying, 8, 8).ok());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(400));
+  release.join();
+  stream->Finish();
+  EXPECT_GT(refusals("Transpose"), refused_once) << "it was never refused";
+
+  // 4 MiB against a 2 MiB limit: one refusal, however many attempts allowed.
+  const double streams_refused = refusals("TransposeStream");
+  EXPECT_EQ(Transpose(*retrying, 1024, 1024).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refusals("TransposeStream"), streams_refused + 1);
 }
 
 // A client whose connection goes silent mid-upload, without closing (its host
