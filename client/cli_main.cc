@@ -4,7 +4,6 @@
 //   transpose transpose --in A.bin --rows R --cols C --dtype float32 --out
 //   B.bin transpose info | health | bench --concurrency 8 --duration 10s
 //   --shape 1024x1024
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -38,10 +37,10 @@ ABSL_FLAG(std::string, server, "localhost:50051",
 ABSL_FLAG(std::optional<absl::Duration>, deadline, std::nullopt,
           "Deadline of each call (default: 10m for transposes and bench, 5s "
           "for info and health).");
-ABSL_FLAG(int, attempts, 4,
-          "Attempts per transpose when the server is busy or unreachable "
-          "(RESOURCE_EXHAUSTED, UNAVAILABLE), with backoff, within the "
-          "deadline; 1: no retries.");
+ABSL_FLAG(std::optional<int>, attempts, std::nullopt,
+          "Attempts per transpose when the server is busy or unreachable, "
+          "with backoff, within the deadline (default: 4 for transpose; 1 for "
+          "bench, so that it counts refusals).");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the server's bearer token (--auth_token_file there).");
 ABSL_FLAG(bool, tls, false,
@@ -114,11 +113,17 @@ absl::Duration Deadline(bool quick_call) {
   return quick_call ? absl::Seconds(5) : absl::Minutes(10);
 }
 
-absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
+// `default_attempts` unless --attempts says otherwise.
+absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   ClientOptions options;
   options.target = absl::GetFlag(FLAGS_server);
   options.default_timeout = Deadline(/*quick_call=*/false);
-  options.max_attempts = std::max(1, absl::GetFlag(FLAGS_attempts));
+  options.max_attempts =
+      absl::GetFlag(FLAGS_attempts).value_or(default_attempts);
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attempts=", options.max_attempts, ": expected 1 or more"));
+  }
   options.tls = absl::GetFlag(FLAGS_tls);
   const std::pair<std::string, std::string*> files[] = {
       {absl::GetFlag(FLAGS_tls_ca), &options.tls_root_certs_pem},
@@ -319,7 +324,8 @@ int RunBenchCommand() {
     return Usage("--shape must be ROWSxCOLS or BATCHxROWSxCOLS");
   }
 
-  absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      MakeClient(/*default_attempts=*/1);
   if (!client.ok()) return Fail(client.status());
   const std::string metrics_url = absl::GetFlag(FLAGS_metrics_url);
   absl::StatusOr<MetricSamples> before;

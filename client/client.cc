@@ -44,13 +44,6 @@ absl::Status CheckResponseHeader(const MatrixView& input,
   return absl::OkStatus();
 }
 
-// Refusals that may go another way on a later attempt: the server was busy,
-// draining or out of reach, or the connection was lost.
-bool IsTransient(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kResourceExhausted ||
-         status.code() == absl::StatusCode::kUnavailable;
-}
-
 // A wait drawn from half to all of `backoff`, so that clients refused together
 // do not come back together.
 absl::Duration Jittered(absl::Duration backoff) {
@@ -60,21 +53,39 @@ absl::Duration Jittered(absl::Duration backoff) {
 
 }  // namespace
 
-// The server's advice on retrying a failed call, from its trailing metadata
-// (gRFC A6): a negative pushback means do not, else wait that long.
-void Client::ReadRetryAdvice(const grpc::ClientContext& context,
-                             Attempt& attempt) {
+Client::RetryAdvice Client::ReadRetryAdvice(
+    const grpc::ClientContext& context) {
+  RetryAdvice advice;
   const auto& trailers = context.GetServerTrailingMetadata();
   const auto it = trailers.find(api::kRetryPushbackKey);
-  if (it == trailers.end()) return;
+  if (it == trailers.end()) return advice;
   int64_t ms = 0;
   if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()),
                         &ms) ||
       ms < 0) {
-    attempt.never_retry = true;
-    return;
+    advice.never = true;
+  } else {
+    advice.pushback = absl::Milliseconds(ms);
   }
-  attempt.pushback = absl::Milliseconds(ms);
+  return advice;
+}
+
+// Whether another attempt may go another way. UNAVAILABLE: the call did not
+// get through, or the server is draining (another may take it), unless the
+// server said otherwise. RESOURCE_EXHAUSTED only when the service said to
+// retry (it was busy): the same code also comes from limits that a repeat
+// meets again, such as a message over gRPC's size limit or a matrix over the
+// server's, and repeating an oversized upload would only load the server.
+bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
+  if (advice.never) return false;
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+      return true;
+    case absl::StatusCode::kResourceExhausted:
+      return advice.pushback.has_value();
+    default:
+      return false;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(
@@ -166,17 +177,16 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   const absl::Time deadline = DeadlineAfter(call.timeout);
   absl::Duration backoff = options_.initial_backoff;
   for (int attempt = 1;; ++attempt) {
-    Attempt outcome;
+    RetryAdvice advice;
     absl::StatusOr<TransposeStats> stats =
-        unary ? Unary(input, output, call, deadline, outcome)
-              : Stream(input, output, call, deadline, outcome);
+        unary ? Unary(input, output, call, deadline, advice)
+              : Stream(input, output, call, deadline, advice);
     if (stats.ok() || attempt >= options_.max_attempts ||
-        !IsTransient(stats.status()) || outcome.never_retry) {
+        !Retriable(stats.status(), advice)) {
       return stats;
     }
-    const absl::Duration wait = outcome.pushback != absl::InfiniteDuration()
-                                    ? outcome.pushback
-                                    : Jittered(backoff);
+    const absl::Duration wait = std::max(
+        Jittered(backoff), advice.pushback.value_or(absl::ZeroDuration()));
     if (absl::Now() + wait >= deadline) return stats;
     absl::SleepFor(wait);
     backoff = std::min(2 * backoff, options_.max_backoff);
@@ -187,7 +197,7 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
                                              absl::Span<uint8_t> output,
                                              const CallOptions& call,
                                              absl::Time deadline,
-                                             Attempt& attempt) {
+                                             RetryAdvice& advice) {
   v1::TransposeRequest request;
   FillHeader(input, call, request);
   request.set_data(input.data.data(), input.data.size());
@@ -196,7 +206,7 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   PrepareContext(context, deadline);
   const grpc::Status status = stub_->Transpose(&context, request, &response);
   if (!status.ok()) {
-    ReadRetryAdvice(context, attempt);
+    advice = ReadRetryAdvice(context);
     return api::FromGrpcStatus(status);
   }
   TRANSPOSE_RETURN_IF_ERROR(CheckResponseHeader(input, response));
@@ -219,7 +229,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                                               absl::Span<uint8_t> output,
                                               const CallOptions& call,
                                               absl::Time deadline,
-                                              Attempt& attempt) {
+                                              RetryAdvice& advice) {
   grpc::ClientContext context;
   PrepareContext(context, deadline);
   grpc::CompletionQueue queue;
@@ -305,7 +315,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   bool ok;
   while (queue.Next(&tag, &ok)) {
   }
-  if (!status.ok()) ReadRetryAdvice(context, attempt);
+  if (!status.ok()) advice = ReadRetryAdvice(context);
   TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
   TRANSPOSE_RETURN_IF_ERROR(protocol);
   if (progress.received_bytes != output.size() || !have_stats) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,14 +43,16 @@ struct ClientOptions {
   std::string bearer_token;
   // Deadline for calls that do not set their own.
   absl::Duration default_timeout = absl::Minutes(10);
-  // Attempts per Transpose call. A call that the server refused as busy
-  // (RESOURCE_EXHAUSTED) or could not take (UNAVAILABLE: draining, out of
-  // reach, connection lost) is sent again, whole, after a backoff, unless the
-  // server said that retrying cannot help (a matrix over its limit). All
-  // attempts share the call's deadline. 1: no retries.
+  // Attempts per Transpose call. A call that did not reach the service or
+  // that the service could not take (UNAVAILABLE: draining, out of reach,
+  // connection lost), or that the service refused as busy and said to retry
+  // (RESOURCE_EXHAUSTED with a retry pushback), is sent again, whole, after a
+  // backoff. Other refusals are final. All attempts share the call's
+  // deadline. 1: no retries.
   int max_attempts = 4;
   // The wait before the second attempt; each later one doubles, up to
-  // max_backoff. Each wait is drawn at random from half to all of that.
+  // max_backoff. Each wait is drawn at random from half to all of that, and
+  // is at least what the server's pushback asks.
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
 };
@@ -117,22 +120,24 @@ class Client {
  private:
   Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
 
-  // One attempt of a call. On failure, `never_retry` says whether the server
-  // asked not to retry; `pushback` is how long it asked to wait, if it did.
-  struct Attempt {
-    bool never_retry = false;
-    absl::Duration pushback = absl::InfiniteDuration();  // None given.
+  // What the server's trailing metadata says about retrying a failed call
+  // (gRFC A6): nothing, do not (a negative pushback), or wait at least so long.
+  struct RetryAdvice {
+    bool never = false;
+    std::optional<absl::Duration> pushback;
   };
   absl::StatusOr<TransposeStats> Unary(const MatrixView& input,
                                        absl::Span<uint8_t> output,
                                        const CallOptions& call,
-                                       absl::Time deadline, Attempt& attempt);
+                                       absl::Time deadline,
+                                       RetryAdvice& advice);
   absl::StatusOr<TransposeStats> Stream(const MatrixView& input,
                                         absl::Span<uint8_t> output,
                                         const CallOptions& call,
-                                        absl::Time deadline, Attempt& attempt);
-  static void ReadRetryAdvice(const grpc::ClientContext& context,
-                              Attempt& attempt);
+                                        absl::Time deadline,
+                                        RetryAdvice& advice);
+  static RetryAdvice ReadRetryAdvice(const grpc::ClientContext& context);
+  static bool Retriable(const absl::Status& status, const RetryAdvice& advice);
   // A call's deadline: `timeout` from now, or the client's default.
   absl::Time DeadlineAfter(absl::Duration timeout) const;
   // Sets the call's deadline and credentials metadata.

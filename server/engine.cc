@@ -83,9 +83,9 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> Engine::CreateJob(
         "algorithm %d is unknown", static_cast<int>(spec.algorithm)));
   }
   if (bytes > options_.max_matrix_bytes) {
-    return NeverRetry(absl::ResourceExhaustedError(absl::StrFormat(
+    return absl::ResourceExhaustedError(absl::StrFormat(
         "matrix of %d bytes exceeds the server's limit of %d bytes", bytes,
-        options_.max_matrix_bytes)));
+        options_.max_matrix_bytes));
   }
 
   // Least loaded healthy backend that can run the spec; ties rotate.
@@ -124,16 +124,16 @@ absl::StatusOr<Engine::Admission> Engine::Admit(uint64_t bytes) {
   Admission admission(this, bytes);
   if (options_.max_inflight_requests > 0 &&
       requests > options_.max_inflight_requests) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
+    return RetryLater(absl::ResourceExhaustedError(absl::StrFormat(
         "server busy: %d requests in flight, the limit is %d; retry later",
-        requests - 1, options_.max_inflight_requests));
+        requests - 1, options_.max_inflight_requests)));
   }
   if (options_.max_inflight_bytes > 0 && total > options_.max_inflight_bytes) {
-    return absl::ResourceExhaustedError(
+    return RetryLater(absl::ResourceExhaustedError(
         absl::StrFormat("server busy: %d bytes of matrices in flight, and %d "
                         "more would pass the limit of %d; "
                         "retry later",
-                        total - bytes, bytes, options_.max_inflight_bytes));
+                        total - bytes, bytes, options_.max_inflight_bytes)));
   }
   return admission;
 }

@@ -21,7 +21,13 @@ namespace transpose {
 namespace {
 
 // One RPC's accounting: the in-flight gauge while it runs, then its count,
-// duration and, when it failed, a log line.
+// duration and, when it failed, a log line and the retry advice for the
+// client.
+// How long a refused client should wait at least before it tries again: the
+// server cannot tell when room frees up, so this only spaces out retries from
+// clients whose own policies follow the pushback to the letter.
+constexpr int kRetryPushbackMs = 100;
+
 class RpcScope {
  public:
   RpcScope(Metrics& metrics, CallGate& calls, RpcMethod method,
@@ -59,8 +65,9 @@ class RpcScope {
       Log(LogLevel::kDebug, "%s from %s ok in %.6fs", RpcMethodName(method_),
           peer_, seconds);
     }
-    if (IsNeverRetry(status)) {
-      context_.AddTrailingMetadata(api::kRetryPushbackKey, "-1");
+    if (IsRetryLater(status)) {
+      context_.AddTrailingMetadata(api::kRetryPushbackKey,
+                                   absl::StrCat(kRetryPushbackMs));
     }
     return api::ToGrpcStatus(status);
   }

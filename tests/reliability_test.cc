@@ -400,45 +400,57 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
 }
 
 // The client library retries a refusal that may pass later (the server was
-// busy), with backoff, and does not retry one the server says will not (a
-// matrix over its limit).
+// busy and said to retry), on the unary and the streaming path, and not one
+// that will not (a matrix over the server's limit).
 TEST_F(ReliabilityTest, ClientRetriesABusyServerButNotAMatrixOverTheLimit) {
   auto server = Start({"--max_inflight_requests=1",
-                       absl::StrCat("--max_matrix_bytes=", 2 * kMiB)});
+                       absl::StrCat("--max_matrix_bytes=", 4 * kMiB)});
   ASSERT_NE(server, nullptr);
   auto once = Connect(*server);
   auto retrying = Connect(*server, /*max_attempts=*/8);
   auto stub = v1::TransposeService::NewStub(once->channel());
-  auto refusals = [&](const char* method) {
+  auto refusals = [&](const std::string& method) {
     return Gauge(*server,
-                 absl::StrCat("transpose_requests_total{code=\"",
-                              "RESOURCE_EXHAUSTED\",method=\"", method, "\"}"));
+                 "transpose_requests_total{code=\"RESOURCE_EXHAUSTED\","
+                 "method=\"" +
+                     method + "\"}");
+  };
+  // Holds the one request slot with an upload stalled after its header, lets
+  // `call` start, and frees the slot once the server has refused `method`
+  // once more: a client that does not retry has failed by then.
+  auto while_busy = [&](const std::string& method, auto call) {
+    grpc::ClientContext held;
+    std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
+    EXPECT_TRUE(stream->Write(Header(1024, 256)));
+    EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 1), 1);
+    const double before = refusals(method);
+    std::thread release([&] {
+      const absl::Time give_up = absl::Now() + absl::Seconds(10);
+      while (refusals(method) <= before && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      held.TryCancel();
+    });
+    const absl::Status status = call();
+    release.join();
+    stream->Finish();
+    EXPECT_GT(refusals(method), before) << "never refused";
+    return status;
   };
 
-  // An upload stalled after its header holds the one request slot until it
-  // is cancelled, half a second on.
-  grpc::ClientContext held;
-  std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
-  ASSERT_TRUE(stream->Write(Header(1024, 256)));
-  ASSERT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 1), 1);
-  EXPECT_EQ(Transpose(*once, 8, 8).code(),
-            absl::StatusCode::kResourceExhausted);
-  const double refused_once = refusals("Transpose");
-  EXPECT_GE(refused_once, 1);
-  std::thread release([&] {
-    absl::SleepFor(absl::Milliseconds(500));
-    held.TryCancel();
-  });
-  const absl::Time start = absl::Now();
-  EXPECT_TRUE(Transpose(*retrying, 8, 8).ok());
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(400));
-  release.join();
-  stream->Finish();
-  EXPECT_GT(refusals("Transpose"), refused_once) << "it was never refused";
+  EXPECT_EQ(
+      while_busy("Transpose", [&] { return Transpose(*once, 8, 8); }).code(),
+      absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(
+      while_busy("Transpose", [&] { return Transpose(*retrying, 8, 8); }).ok());
+  // 2 MiB: past the unary limit, so it streams.
+  EXPECT_TRUE(while_busy("TransposeStream", [&] {
+                return Transpose(*retrying, 2048, 256);
+              }).ok());
 
-  // 4 MiB against a 2 MiB limit: one refusal, however many attempts allowed.
+  // 8 MiB against a 4 MiB limit: one refusal, however many attempts allowed.
   const double streams_refused = refusals("TransposeStream");
-  EXPECT_EQ(Transpose(*retrying, 1024, 1024).code(),
+  EXPECT_EQ(Transpose(*retrying, 2048, 1024).code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(refusals("TransposeStream"), streams_refused + 1);
 }

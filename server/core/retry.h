@@ -1,8 +1,8 @@
-// Marks refusals that a retry cannot change, where the status code alone
-// (RESOURCE_EXHAUSTED, UNAVAILABLE) tells clients that a later attempt may
-// succeed: a matrix over the server's limit is refused every time, while a
-// busy or draining server is worth another try. The gRPC layer turns the mark
-// into the standard "do not retry" pushback for clients.
+// Marks refusals worth retrying: a busy server is worth another try a little
+// later. The gRPC layer turns the mark into gRPC's standard retry pushback
+// (gRFC A6), which clients need, since the same code (RESOURCE_EXHAUSTED) also
+// comes from limits a repeat meets again, such as a matrix over the server's
+// limit.
 #ifndef TRANSPOSE_SERVER_CORE_RETRY_H_
 #define TRANSPOSE_SERVER_CORE_RETRY_H_
 
@@ -11,16 +11,16 @@
 
 namespace transpose {
 
-inline constexpr char kNeverRetryPayload[] =
-    "type.googleapis.com/transpose.NeverRetry";
+inline constexpr char kRetryLaterPayload[] =
+    "type.googleapis.com/transpose.RetryLater";
 
-inline absl::Status NeverRetry(absl::Status status) {
-  status.SetPayload(kNeverRetryPayload, absl::Cord());
+inline absl::Status RetryLater(absl::Status status) {
+  status.SetPayload(kRetryLaterPayload, absl::Cord());
   return status;
 }
 
-inline bool IsNeverRetry(const absl::Status& status) {
-  return status.GetPayload(kNeverRetryPayload).has_value();
+inline bool IsRetryLater(const absl::Status& status) {
+  return status.GetPayload(kRetryLaterPayload).has_value();
 }
 
 }  // namespace transpose

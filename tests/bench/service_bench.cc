@@ -95,6 +95,7 @@ Endpoint Launch(const std::string& name, const std::string& binary,
   endpoint.process = *std::move(process);
   ClientOptions options;
   options.target = endpoint.process->address();
+  options.max_attempts = 1;  // A refusal is a finding here, not to be hidden.
   endpoint.client = *Client::Create(options);
   return endpoint;
 }
