@@ -20,14 +20,14 @@
 namespace transpose {
 namespace {
 
-// One RPC's accounting: the in-flight gauge while it runs, then its count,
-// duration and, when it failed, a log line and the retry advice for the
-// client.
 // How long a refused client should wait at least before it tries again: the
 // server cannot tell when room frees up, so this only spaces out retries from
 // clients whose own policies follow the pushback to the letter.
 constexpr int kRetryPushbackMs = 100;
 
+// One RPC's accounting: the in-flight gauge while it runs, then its count,
+// duration and, when it failed, a log line and the retry advice for the
+// client.
 class RpcScope {
  public:
   RpcScope(Metrics& metrics, CallGate& calls, RpcMethod method,
