@@ -160,11 +160,12 @@ uint64_t MinTransportQuota(uint64_t inflight, uint64_t message) {
 // gRPC's memory quota: by default the admission budget plus room for messages
 // not yet admitted and data in flight. Without an admission budget there is no
 // default quota either.
+// `message` is under 2 GiB (CheckFlags), so four of them cannot wrap.
 uint64_t TransportQuota(uint64_t flag, uint64_t inflight, uint64_t message) {
   constexpr uint64_t kMinRoom = uint64_t{1} << 30;
   if (flag > 0) return flag;
   if (inflight == 0) return 0;
-  return QuotaSum(inflight, std::max(kMinRoom, QuotaSum(message, 3 * message)));
+  return QuotaSum(inflight, std::max(kMinRoom, 4 * message));
 }
 
 // Refuses flag values that cannot work, before anything starts: a zero
