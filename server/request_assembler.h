@@ -61,8 +61,11 @@ class RequestAssembler {
   // All declared bytes have arrived.
   bool complete() const { return has_header_ && received_ == expected_; }
 
-  // The job, once the header has arrived.
+  // The job, once the header has arrived, until ReleaseJob.
   const std::shared_ptr<TransposeJob>& job() const { return job_; }
+  // Drops the assembler's hold on the job (its result is out), while Add still
+  // refuses data past the declared size.
+  void ReleaseJob() { job_.reset(); }
   const TransposeSpec& spec() const { return spec_; }
   uint64_t received_bytes() const { return received_; }
   uint64_t expected_bytes() const { return expected_; }

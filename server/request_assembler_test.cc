@@ -66,6 +66,17 @@ TEST_F(RequestAssemblerTest, AcceptsHeadersAndEmptyPiecesAfterTheLastByte) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(RequestAssemblerTest, StillRejectsExtraDataOnceTheJobIsReleased) {
+  ASSERT_TRUE(assembler_.Add(Header(Spec(1, 2), {"ab"})).ok());
+  std::weak_ptr<TransposeJob> job = assembler_.job();
+  assembler_.ReleaseJob();
+  EXPECT_TRUE(job.expired());
+  EXPECT_TRUE(assembler_.Add(Data({""})).ok());
+  EXPECT_TRUE(assembler_.Finish().ok());
+  EXPECT_EQ(assembler_.Add(Data({"x"})).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(RequestAssemblerTest, AcceptsTheSameHeaderAgain) {
   ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), {"ab"})).ok());
   ASSERT_TRUE(assembler_.Add(Header(Spec(2, 2), {"cd"})).ok());

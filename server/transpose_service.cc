@@ -187,7 +187,9 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
 // TransposeStream: reads the request into a job, runs it as soon as the last
 // byte arrives, then writes the result in chunks that refer to the job's output
 // (the job lives until gRPC drops the last chunk). Reading goes on meanwhile,
-// to catch data past the declared size and the client's half-close. The reactor
+// to catch data past the declared size and the client's half-close; the call
+// ends OK only after both the result and the half-close, since until the
+// client half-closes more data may follow. The reactor
 // deletes itself once gRPC is done with it (OnDone) and the job's callback has
 // run, whichever comes last.
 class TransposeService::StreamCall final
@@ -231,11 +233,17 @@ class TransposeService::StreamCall final
       last_progress_ = StallWatchdog::Clock::now();
       if (!ok) {
         // No more data will come: the client half-closed, or the call is over.
-        if (job_started_) return;
-        FinishLocked(
-            context_.IsCancelled()
-                ? EndedByTransport(context_, "the call ended during the upload")
-                : assembler_.Finish());
+        if (context_.IsCancelled()) {
+          FinishLocked(EndedByTransport(
+              context_, job_started_
+                            ? "the call ended before its result was out"
+                            : "the call ended during the upload"));
+        } else if (!job_started_) {
+          FinishLocked(assembler_.Finish());
+        } else {
+          half_closed_ = true;
+          if (ResultSentLocked()) FinishLocked(absl::OkStatus());
+        }
         return;
       }
       wire::RequestView view;
@@ -273,10 +281,15 @@ class TransposeService::StreamCall final
                                     "the client stopped reading the response"));
       return;
     }
-    if (written_ < output_.size() || !stats_sent_) {
+    if (!ResultSentLocked()) {
       WriteNextLocked();
-    } else {
+    } else if (half_closed_) {
       FinishLocked(absl::OkStatus());
+    } else {
+      // Only the client's half-close can show that no data follows the
+      // declared bytes; the job is not needed to wait for it.
+      response_.Clear();  // Its data is the job's.
+      assembler_.ReleaseJob();
     }
   }
 
@@ -309,7 +322,11 @@ class TransposeService::StreamCall final
       const absl::Duration idle = absl::FromChrono(now - last_progress_);
       if (finished_ || job_running_ || idle < limit) return;
       FinishLocked(absl::DeadlineExceededError(absl::StrCat(
-          "the call moved no data either way for ", absl::FormatDuration(idle),
+          ResultSentLocked()
+              ? "the result was sent, but the client did not half-close "
+                "its side of the stream (ending the upload) for "
+              : "the call moved no data either way for ",
+          absl::FormatDuration(idle),
           ", past the server's limit for an idle stream (",
           absl::FormatDuration(limit), ")")));
       write_pending = write_pending_;
@@ -337,6 +354,10 @@ class TransposeService::StreamCall final
       }
     }
     if (destroy) delete this;
+  }
+
+  bool ResultSentLocked() const {
+    return stats_sent_ && written_ == output_.size() && !write_pending_;
   }
 
   void WriteNextLocked() {
@@ -373,6 +394,7 @@ class TransposeService::StreamCall final
   size_t written_ = 0;
   bool stats_sent_ = false;
   bool job_started_ = false;
+  bool half_closed_ = false;
   bool job_running_ = false;
   bool write_pending_ = false;
   bool finished_ = false;

@@ -396,6 +396,33 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
     EXPECT_TRUE(stream->Finish().ok());
     EXPECT_EQ(received, 4 * kMiB);
   }
+
+  // A client that reads its whole result but never half-closes: its call
+  // cannot end OK (more data could follow), but its job's buffers and
+  // admission go back as soon as the result is out.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(40));
+    std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+    v1::TransposeRequest request = Header(1024, 1024);
+    request.set_data(std::string(4 * kMiB, '\7'));
+    ASSERT_TRUE(stream->Write(request));
+    uint64_t received = 0;
+    v1::TransposeResponse response;
+    do {
+      ASSERT_TRUE(stream->Read(&response));
+      received += response.data().size();
+    } while (!response.has_stats());
+    EXPECT_EQ(received, 4 * kMiB);
+    EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+    EXPECT_EQ(Gauge(*server, kDeadlines), 2) << "the call is still open";
+    EXPECT_FALSE(stream->Read(&response));
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_THAT(status.error_message(), HasSubstr("did not half-close"));
+    EXPECT_EQ(AwaitGauge(*server, kDeadlines, 3), 3);
+  }
   EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
 }
 

@@ -251,6 +251,35 @@ TEST_F(ServiceTest, BadStreamsAreInvalidArgument) {
   EXPECT_TRUE(Stream({WithData(header, 2), WithData(header, 2)}).ok());
 }
 
+// The result can be out before the client has sent all it means to: the call
+// ends only at the half-close, so data after it is still refused.
+TEST_F(ServiceTest, DataSentAfterTheResultIsInvalidArgument) {
+  for (const bool extra : {true, false}) {
+    grpc::ClientContext context;
+    auto stream = stub_->TransposeStream(&context);
+    ASSERT_TRUE(
+        stream->Write(WithData(Header(v1::DATA_TYPE_FLOAT32, 3, 4), 48)));
+    v1::TransposeResponse response;
+    uint64_t received = 0;
+    do {
+      ASSERT_TRUE(stream->Read(&response)) << stream->Finish().error_message();
+      received += response.data().size();
+    } while (!response.has_stats());
+    EXPECT_EQ(received, 48u);
+    if (extra) EXPECT_TRUE(stream->Write(DataOnly(2)));
+    stream->WritesDone();
+    EXPECT_FALSE(stream->Read(&response));
+    const grpc::Status status = stream->Finish();
+    if (extra) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_THAT(status.error_message(), HasSubstr("longer than declared"));
+    } else {
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    }
+  }
+  ExpectStillServing();
+}
+
 TEST_F(ServiceTest, OverTheLimitsIsResourceExhausted) {
   // A unary message past --max_message_bytes: gRPC refuses it on receipt.
   grpc::Status unary =
