@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/core/host_port.h"
 
 namespace transpose {
 
@@ -46,11 +47,8 @@ GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, std::string host,
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     const GrpcServerOptions& options, grpc::Service& service) {
-  const size_t colon = options.address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address '", options.address, "' is not host:port"));
-  }
+  absl::StatusOr<HostPort> address = ParseHostPort(options.address);
+  if (!address.ok()) return address.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -98,14 +96,17 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
       static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
   // Pings are the point on a connection whose client stopped sending.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // gRPC sets SO_REUSEPORT by default: a second server on a port in use would
+  // start and silently take part of the first one's connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.address));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.address,
+        ": the port is in use, or the host is not this machine's"));
   }
-  std::unique_ptr<GrpcServer> result(
-      new GrpcServer(std::move(server), options.address.substr(0, colon), port,
-                     options.health_service_name));
+  std::unique_ptr<GrpcServer> result(new GrpcServer(
+      std::move(server), address->host, port, options.health_service_name));
   result->SetServing(true);
   return result;
 }

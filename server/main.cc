@@ -31,6 +31,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/core/files.h"
+#include "server/core/host_port.h"
 #include "server/core/log.h"
 #include "server/core/notification.h"
 #include "server/core/process.h"
@@ -225,16 +226,52 @@ absl::Status CheckFlags() {
         "buffers",
         transport, MinTransportQuota(inflight, message)));
   }
-  const std::pair<const char*, int> counts[] = {
-      {"streams_per_device", absl::GetFlag(FLAGS_streams_per_device)},
-      {"cpu_threads", absl::GetFlag(FLAGS_cpu_threads)},
-      {"max_inflight_requests", absl::GetFlag(FLAGS_max_inflight_requests)},
+  // Each stream or CPU worker is a thread (or more): thousands of them only
+  // fail to start.
+  constexpr int kMaxThreads = 1024;
+  struct Count {
+    const char* name;
+    int value;
+    int max;
+  };
+  const Count counts[] = {
+      {"streams_per_device", absl::GetFlag(FLAGS_streams_per_device),
+       kMaxThreads},
+      {"cpu_threads", absl::GetFlag(FLAGS_cpu_threads), kMaxThreads},
+      {"max_inflight_requests", absl::GetFlag(FLAGS_max_inflight_requests),
+       INT_MAX},
       {"testing_cuda_fault_after_jobs",
-       absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs)}};
-  for (const auto& [name, value] : counts) {
-    if (value < 0) {
+       absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs), INT_MAX}};
+  for (const Count& count : counts) {
+    if (count.value < 0 || count.value > count.max) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("--%s=%d: expected 0 or more", name, value));
+          count.max == INT_MAX
+              ? absl::StrFormat("--%s=%d: expected 0 or more", count.name,
+                                count.value)
+              : absl::StrFormat("--%s=%d: expected 0 to %d", count.name,
+                                count.value, count.max));
+    }
+  }
+  const std::string address = absl::GetFlag(FLAGS_address);
+  if (absl::Status parsed = ParseHostPort(address).status(); !parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--address=", address, ": expected HOST:PORT; ", parsed.message()));
+  }
+  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  if (!metrics_address.empty()) {
+    absl::StatusOr<HostPort> parsed = ParseHostPort(metrics_address);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics_address=", metrics_address,
+                       ": expected HOST:PORT, or empty for none; ",
+                       parsed.status().message()));
+    }
+    // Debian's civetweb, which serves /metrics, is built without IPv6.
+    if (absl::StartsWith(parsed->host, "[")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--metrics_address=", metrics_address,
+          ": expected an IPv4 address or a host name (the metrics listener "
+          "has no IPv6)"));
     }
   }
   struct Seconds {
@@ -446,9 +483,8 @@ int Run() {
   std::printf("listening on %s:%d\n", (*server)->host().c_str(),
               (*server)->port());
   if (exposer != nullptr) {
-    const std::string host =
-        metrics_address.substr(0, metrics_address.rfind(':'));
-    std::printf("metrics on %s:%d\n", host.c_str(),
+    std::printf("metrics on %s:%d\n",
+                ParseHostPort(metrics_address)->host.c_str(),
                 exposer->GetListeningPorts().front());
   }
   std::fflush(stdout);
@@ -471,6 +507,16 @@ int Run() {
 
   int signal = 0;
   sigwait(&signals, &signal);
+  // A second signal is an operator who will not wait for the drain.
+  std::thread([signals] {
+    int again = 0;
+    sigwait(&signals, &again);
+    Log(LogLevel::kWarning,
+        "signal %d again: stopping now, without waiting for running calls",
+        again);
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }).detach();
   stopping.Notify();
   health_watch.join();
   const absl::Duration unready =
@@ -514,6 +560,13 @@ int main(int argc, char** argv) {
       "Serves matrix transposes over gRPC on GPUs (or the CPU).\n"
       "Usage: transpose_server [--address=HOST:PORT] [--backend=auto|cuda|cpu] "
       "...");
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr,
+                 "unexpected argument '%s': expected only flags, "
+                 "--name=value\n",
+                 positional[1]);
+    return 2;
+  }
   return transpose::Run();
 }

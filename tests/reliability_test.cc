@@ -577,14 +577,29 @@ TEST_F(ReliabilityTest, AShortUnaryRequestIsRefusedAfterItsBandsStop) {
 // that names the flag (a zero response chunk used to send empty messages until
 // the client's deadline).
 TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
-  for (const std::string flag :
-       {"--response_chunk_bytes=0", "--max_message_bytes=0",
-        "--max_message_bytes=1048575", "--max_message_bytes=4294967296",
-        "--max_matrix_bytes=0", "--streams_per_device=-1", "--cpu_threads=-2",
-        "--max_inflight_requests=-1", "--drain_seconds=-1",
-        "--unready_seconds=nan", "--backend=gpu",
-        "--max_transport_bytes=1048576", "--stream_idle_seconds=0.5",
-        "--tls_cert=cert.pem", "--tls_key=key.pem", "--tls_client_ca=ca.pem"}) {
+  for (const std::string flag : {"--response_chunk_bytes=0",
+                                 "--max_message_bytes=0",
+                                 "--max_message_bytes=1048575",
+                                 "--max_message_bytes=4294967296",
+                                 "--max_matrix_bytes=0",
+                                 "--streams_per_device=-1",
+                                 "--cpu_threads=-2",
+                                 "--max_inflight_requests=-1",
+                                 "--drain_seconds=-1",
+                                 "--unready_seconds=nan",
+                                 "--backend=gpu",
+                                 "--max_transport_bytes=1048576",
+                                 "--stream_idle_seconds=0.5",
+                                 "--tls_cert=cert.pem",
+                                 "--tls_key=key.pem",
+                                 "--tls_client_ca=ca.pem",
+                                 "--streams_per_device=100000",
+                                 "--cpu_threads=5000",
+                                 "--address=127.0.0.1:65536",
+                                 "--address=127.0.0.1",
+                                 "--metrics_address=:0",
+                                 "--metrics_address=[::1]:0",
+                                 "stray"}) {
     const auto [code, text] =
         ServerProcess::RunUntilExit({"--backend=cpu", flag});
     EXPECT_EQ(code, 2) << flag << ": " << text;
@@ -676,6 +691,37 @@ TEST_F(ReliabilityTest, DrainCutsOffCallsThatOutlastIt) {
   EXPECT_FALSE(stream->Finish().ok());
   EXPECT_EQ(server->Stop(0, absl::Seconds(10)), 0);
   EXPECT_LT(absl::Now() - signalled, absl::Seconds(5));
+}
+
+// A second signal during the wait before the drain ends the server at once,
+// without the drain's clean exit code.
+TEST_F(ReliabilityTest, ASecondSignalStopsTheServerAtOnce) {
+  auto server = Start({"--unready_seconds=60"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  kill(server->pid(), SIGTERM);
+  // The first signal has been taken once health reports NOT_SERVING.
+  absl::StatusOr<bool> serving = true;
+  for (int i = 0; i < 100 && serving.ok() && *serving; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    serving = client->CheckHealth("", absl::Seconds(1));
+  }
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  ASSERT_FALSE(*serving);
+  EXPECT_EQ(server->Stop(SIGINT, absl::Seconds(5)), 1);
+}
+
+// A port another server listens on is refused, not shared with it (gRPC
+// would set SO_REUSEPORT and split the connections between the two).
+TEST_F(ReliabilityTest, APortInUseIsRefused) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  const std::string address = absl::StrCat("127.0.0.1:", server->port());
+  const auto [code, text] = ServerProcess::RunUntilExit(
+      {"--backend=cpu", "--address=" + address}, absl::Seconds(10));
+  EXPECT_EQ(code, 1) << text;
+  EXPECT_THAT(text, HasSubstr("cannot listen on " + address));
+  EXPECT_TRUE(Transpose(*Connect(*server), 8, 8).ok());
 }
 
 // With the CUDA backend (the GPU machine): a device fault that poisons the CUDA

@@ -1,0 +1,40 @@
+#include "server/core/host_port.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace transpose {
+
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address, "' is not HOST:PORT"));
+  }
+  const absl::string_view host = address.substr(0, colon);
+  const absl::string_view port = address.substr(colon + 1);
+  if (host.empty() || host == "[]") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", address, "' has no host (0.0.0.0 listens on every interface)"));
+  }
+  if (absl::StrContains(host, ':') &&
+      !(absl::StartsWith(host, "[") && absl::EndsWith(host, "]"))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", address, "': write an IPv6 host in brackets, [::1]:PORT"));
+  }
+  int number = 0;
+  bool digits = !port.empty() && port.size() <= 5;
+  for (char c : port) {
+    digits = digits && absl::ascii_isdigit(static_cast<unsigned char>(c));
+    number = number * 10 + (c - '0');
+  }
+  if (!digits || number > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", address, "': the port must be a number from 0 to 65535"));
+  }
+  return HostPort{std::string(host), number};
+}
+
+}  // namespace transpose
