@@ -1,11 +1,14 @@
 #include "server/core/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 
@@ -54,6 +57,60 @@ mode_t Umask() {
   }
   return 022;
 }
+
+// Temporary files being written, removed if a signal ends the process first
+// (Ctrl-C during a large write would otherwise leave gigabytes behind under a
+// name the user never chose). Slots, since commits may overlap.
+constexpr int kTerminatingSignals[] = {SIGHUP, SIGINT, SIGTERM};
+std::atomic<const char*> temporaries[8];
+
+void RemoveTemporariesAndDie(int signal) {
+  for (std::atomic<const char*>& slot : temporaries) {
+    if (const char* path = slot.load()) ::unlink(path);
+  }
+  std::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+// Registers `path` for removal on a terminating signal while it lives. The
+// handlers go in where the signal's action is the default one, and stay: a
+// process that waits for these signals with them blocked (the server) never
+// runs them.
+class RemovedOnSignal {
+ public:
+  explicit RemovedOnSignal(const char* path) {
+    for (std::atomic<const char*>& slot : temporaries) {
+      const char* empty = nullptr;
+      if (slot.compare_exchange_strong(empty, path)) {
+        slot_ = &slot;
+        break;
+      }
+    }
+    static const bool installed = [] {
+      for (int signal : kTerminatingSignals) {
+        struct sigaction current {};
+        if (::sigaction(signal, nullptr, &current) != 0 ||
+            current.sa_handler != SIG_DFL) {
+          continue;
+        }
+        struct sigaction action {};
+        action.sa_handler = RemoveTemporariesAndDie;
+        sigemptyset(&action.sa_mask);
+        ::sigaction(signal, &action, nullptr);
+      }
+      return true;
+    }();
+    (void)installed;
+  }
+  ~RemovedOnSignal() {
+    if (slot_ != nullptr) slot_->store(nullptr);
+  }
+  RemovedOnSignal(const RemovedOnSignal&) = delete;
+  RemovedOnSignal& operator=(const RemovedOnSignal&) = delete;
+
+ private:
+  std::atomic<const char*>* slot_ = nullptr;
+};
 
 std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -144,6 +201,7 @@ absl::Status FileWriter::Commit(
   // A name no other writer has (O_EXCL, never through a link), with the mode
   // the file has, or a new file would get.
   std::string temporary = absl::StrCat(path_, ".partial-XXXXXX");
+  const RemovedOnSignal removed_on_signal(temporary.c_str());
   const int fd = ::mkostemp(temporary.data(), O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot write", path_);
   struct stat info;

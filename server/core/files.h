@@ -23,7 +23,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // flushed to disk and renamed over it, keeping the old file's permissions; a
 // failed write leaves the old file as it was. Anything else (a pipe,
 // /dev/stdout) is written in place, as is a file whose directory cannot be
-// written.
+// written. SIGINT, SIGTERM or SIGHUP during a write (where the process leaves
+// them at their default action) removes the temporary file before the process
+// ends.
 class FileWriter {
  public:
   // Checks that `path` can be written, and touches nothing: check before the

@@ -1,5 +1,7 @@
 #include "server/core/files.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,7 +9,9 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -96,6 +100,39 @@ TEST_F(FilesTest, OnlyCommitWrites) {
   ASSERT_TRUE(writer->Commit({"new"}).ok());
   EXPECT_EQ(ReadFile(Path("out")).value(), "new");
   EXPECT_EQ(Listing(), "out\n");  // No temporary file left behind.
+}
+
+// Whether `dir` holds a file whose name starts with `prefix`.
+bool HasEntry(const std::string& dir, const std::string& prefix) {
+  DIR* listing = opendir(dir.c_str());
+  if (listing == nullptr) return false;
+  bool found = false;
+  while (const dirent* entry = readdir(listing)) {
+    found = found || absl::StartsWith(entry->d_name, prefix);
+  }
+  closedir(listing);
+  return found;
+}
+
+TEST_F(FilesTest, ASignalDuringCommitLeavesNoTemporaryFile) {
+  const std::string chunk(16 << 20, 'x');
+  const std::vector<absl::string_view> parts(32, chunk);  // 512 MiB.
+  EXPECT_EXIT(
+      {
+        // Ctrl-C once the temporary file is there, while it is written.
+        std::thread interrupt([this] {
+          while (!HasEntry(dir_, "out.partial-")) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          kill(getpid(), SIGINT);
+        });
+        interrupt.detach();
+        (void)WriteFile(Path("out"), parts);
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "");
+  EXPECT_EQ(Listing(), "");
 }
 
 TEST_F(FilesTest, AReplacedFileKeepsItsModeAndLinksStayLinks) {
