@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
+#include <new>
 #include <random>
 #include <thread>
 #include <vector>
@@ -30,13 +32,38 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
                              MatrixBytes(options.dtype, options.shape));
   if (options.concurrency < 1)
     return absl::InvalidArgumentError("concurrency must be at least 1");
+  if (options.count == 0 && options.duration <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "the duration must be positive when no count is given");
+  }
+  // Every request would be refused: say so before allocating for them.
+  TRANSPOSE_ASSIGN_OR_RETURN(const v1::ServerInfo info, client.GetServerInfo());
+  if (bytes > info.limits().max_matrix_bytes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s %s is %d bytes; the server takes matrices up to %d bytes",
+        DataTypeName(options.dtype), ShapeToString(options.shape), bytes,
+        info.limits().max_matrix_bytes()));
+  }
 
-  std::vector<uint8_t> input(bytes);
+  // The input, the expected result, and a result buffer per worker.
+  std::vector<uint8_t> input;
+  std::vector<uint8_t> expected;
+  std::vector<std::vector<uint8_t>> outputs;
+  try {
+    input.resize(bytes);
+    if (options.verify) expected.resize(bytes);
+    outputs.resize(options.concurrency);
+    for (std::vector<uint8_t>& output : outputs) output.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cannot allocate %d buffers of %d bytes (input, %sone result per "
+        "request in flight)",
+        2 + options.concurrency - (options.verify ? 0 : 1), bytes,
+        options.verify ? "expected result, " : ""));
+  }
   std::mt19937 rng(42);
   for (uint8_t& b : input) b = static_cast<uint8_t>(rng());
-  std::vector<uint8_t> expected;
   if (options.verify) {
-    expected.resize(bytes);
     kernels::TransposeArgs args{
         ElementSize(options.dtype), options.shape.batch, options.shape.rows,
         options.shape.cols,         input.data(),        expected.data()};
@@ -53,8 +80,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   const absl::Time start = absl::Now();
   const absl::Time end = start + options.duration;
 
-  auto worker = [&] {
-    std::vector<uint8_t> output(bytes);
+  auto worker = [&](std::vector<uint8_t>& output) {
     while (true) {
       if (options.count > 0 ? issued.fetch_add(1) >= options.count
                             : absl::Now() >= end)
@@ -81,7 +107,9 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
     }
   };
   std::vector<std::thread> threads;
-  for (int i = 0; i < options.concurrency; ++i) threads.emplace_back(worker);
+  for (std::vector<uint8_t>& output : outputs) {
+    threads.emplace_back(worker, std::ref(output));
+  }
   for (std::thread& thread : threads) thread.join();
 
   report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -102,18 +130,24 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
 std::string FormatBenchReport(const BenchOptions& options,
                               const BenchReport& report) {
   std::string text = absl::StrFormat(
-      "%s %s, concurrency %d: %d ok, %d errors in %.2f s\n"
-      "throughput  %.1f req/s, %.3f GB/s (sent + received)\n"
-      "latency     p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms\n"
-      "kernel      %s on %s: %.2f GB/s mean, %.1f%% of the device's copy "
-      "bandwidth\n",
+      "%s %s, concurrency %d: %d ok, %d errors in %.2f s\n",
       DataTypeName(options.dtype), ShapeToString(options.shape),
-      options.concurrency, report.requests, report.errors, report.seconds,
-      report.requests_per_second, report.bytes_per_second / 1e9,
-      report.p50_seconds * 1e3, report.p90_seconds * 1e3,
-      report.p99_seconds * 1e3, report.max_seconds * 1e3, report.algorithm,
-      report.backend, report.kernel_bandwidth_bytes_per_second / 1e9,
-      100 * report.kernel_peak_fraction);
+      options.concurrency, report.requests, report.errors, report.seconds);
+  if (report.requests == 0) {
+    absl::StrAppend(&text, "no request succeeded: no timings\n");
+  } else {
+    absl::StrAppendFormat(
+        &text,
+        "throughput  %.1f req/s, %.3f GB/s (sent + received)\n"
+        "latency     p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms\n"
+        "kernel      %s on %s: %.2f GB/s mean, %.1f%% of the device's copy "
+        "bandwidth\n",
+        report.requests_per_second, report.bytes_per_second / 1e9,
+        report.p50_seconds * 1e3, report.p90_seconds * 1e3,
+        report.p99_seconds * 1e3, report.max_seconds * 1e3, report.algorithm,
+        report.backend, report.kernel_bandwidth_bytes_per_second / 1e9,
+        100 * report.kernel_peak_fraction);
+  }
   if (report.errors > 0) {
     absl::StrAppend(&text, "first error: ", report.first_error.ToString(),
                     "\n");

@@ -31,6 +31,10 @@
 #include "server/core/files.h"
 #include "server/core/process.h"
 
+#ifndef TRANSPOSE_VERSION
+#define TRANSPOSE_VERSION "dev"
+#endif
+
 ABSL_FLAG(std::string, server, "localhost:50051",
           "Server: any gRPC target, e.g. host:port, dns:///svc:50051, "
           "ipv4:10.0.0.1:50051,10.0.0.2:50051.");
@@ -56,9 +60,12 @@ ABSL_FLAG(std::string, in, "",
 ABSL_FLAG(
     std::string, out, "",
     "transpose: output file; .npy if the name ends in .npy, else raw bytes.");
-ABSL_FLAG(uint64_t, rows, 0, "transpose: rows of a raw input matrix.");
-ABSL_FLAG(uint64_t, cols, 0, "transpose: columns of a raw input matrix.");
-ABSL_FLAG(uint64_t, batch, 1, "transpose: matrices in a raw input file.");
+ABSL_FLAG(std::optional<uint64_t>, rows, std::nullopt,
+          "transpose: rows of a raw input matrix.");
+ABSL_FLAG(std::optional<uint64_t>, cols, std::nullopt,
+          "transpose: columns of a raw input matrix.");
+ABSL_FLAG(std::optional<uint64_t>, batch, std::nullopt,
+          "transpose: matrices in a raw input file (default 1).");
 ABSL_FLAG(std::string, dtype, "",
           "Element type: float32, float64, float16, bfloat16, int8, uint8, "
           "int16, uint16, "
@@ -93,6 +100,9 @@ namespace transpose {
 namespace {
 
 constexpr int kUsageError = 2;
+// health: no answer (unreachable, timed out, refused), as against 1 for an
+// answer of NOT_SERVING.
+constexpr int kHealthUnknown = 3;
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
@@ -113,6 +123,30 @@ absl::Duration Deadline(bool quick_call) {
   return quick_call ? absl::Seconds(5) : absl::Minutes(10);
 }
 
+// The flags every command shares, checked before any work: a message naming
+// the flag, or empty.
+std::string CommonFlagsError() {
+  if (const std::optional<absl::Duration> deadline =
+          absl::GetFlag(FLAGS_deadline);
+      deadline.has_value() && *deadline <= absl::ZeroDuration()) {
+    return absl::StrCat("--deadline=", absl::FormatDuration(*deadline),
+                        ": expected a positive duration, e.g. 30s");
+  }
+  if (const std::optional<int> attempts = absl::GetFlag(FLAGS_attempts);
+      attempts.has_value() && *attempts < 1) {
+    return absl::StrCat("--attempts=", *attempts, ": expected 1 or more");
+  }
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  if (cert.empty() != key.empty()) {
+    return cert.empty() ? absl::StrCat("--tls_key=", key,
+                                       ": expected --tls_cert with it")
+                        : absl::StrCat("--tls_cert=", cert,
+                                       ": expected --tls_key with it");
+  }
+  return "";
+}
+
 // `default_attempts` unless --attempts says otherwise.
 absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   ClientOptions options;
@@ -120,24 +154,36 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   options.default_timeout = Deadline(/*quick_call=*/false);
   options.max_attempts =
       absl::GetFlag(FLAGS_attempts).value_or(default_attempts);
-  if (options.max_attempts < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--attempts=", options.max_attempts, ": expected 1 or more"));
-  }
   options.tls = absl::GetFlag(FLAGS_tls);
-  const std::pair<std::string, std::string*> files[] = {
-      {absl::GetFlag(FLAGS_tls_ca), &options.tls_root_certs_pem},
-      {absl::GetFlag(FLAGS_tls_cert), &options.tls_cert_chain_pem},
-      {absl::GetFlag(FLAGS_tls_key), &options.tls_private_key_pem},
-      {absl::GetFlag(FLAGS_token_file), &options.bearer_token}};
-  for (const auto& [path, field] : files) {
-    if (path.empty()) continue;
-    absl::StatusOr<std::string> contents = ReadFile(path);
-    if (!contents.ok()) return contents.status();
-    *field = *std::move(contents);
+  struct FlagFile {
+    const char* flag;
+    std::string path;
+    std::string* contents;
+  };
+  const FlagFile files[] = {
+      {"tls_ca", absl::GetFlag(FLAGS_tls_ca), &options.tls_root_certs_pem},
+      {"tls_cert", absl::GetFlag(FLAGS_tls_cert), &options.tls_cert_chain_pem},
+      {"tls_key", absl::GetFlag(FLAGS_tls_key), &options.tls_private_key_pem},
+      {"token_file", absl::GetFlag(FLAGS_token_file), &options.bearer_token}};
+  for (const FlagFile& file : files) {
+    if (file.path.empty()) continue;
+    absl::StatusOr<std::string> contents = ReadFile(file.path);
+    if (!contents.ok()) {
+      return absl::Status(
+          contents.status().code(),
+          absl::StrCat("--", file.flag, ": ", contents.status().message()));
+    }
+    *file.contents = *std::move(contents);
   }
   options.bearer_token =
       std::string(absl::StripAsciiWhitespace(options.bearer_token));
+  if (!options.bearer_token.empty() && !options.tls &&
+      options.tls_root_certs_pem.empty()) {
+    std::fprintf(stderr,
+                 "warning: the --token_file token goes to %s in plaintext "
+                 "(give --tls or --tls_ca to encrypt it)\n",
+                 options.target.c_str());
+  }
   return Client::Create(options);
 }
 
@@ -190,19 +236,39 @@ int RunTranspose() {
     input.dtype = header->dtype;
     input.shape = header->shape;
     batched = header->batched;
+    // The header gives the shape: a raw-input flag that says otherwise is a
+    // mistake, not something to ignore.
+    struct ShapeFlag {
+      const char* name;
+      std::optional<uint64_t> flag;
+      uint64_t file;
+    };
+    const ShapeFlag shape_flags[] = {
+        {"rows", absl::GetFlag(FLAGS_rows), input.shape.rows},
+        {"cols", absl::GetFlag(FLAGS_cols), input.shape.cols},
+        {"batch", absl::GetFlag(FLAGS_batch), input.shape.batch}};
+    for (const ShapeFlag& shape_flag : shape_flags) {
+      if (shape_flag.flag.has_value() && *shape_flag.flag != shape_flag.file) {
+        return Usage(absl::StrFormat(
+            "--%s=%d, but %s holds %s by its .npy header (leave the shape "
+            "flags out for .npy input)",
+            shape_flag.name, *shape_flag.flag, in_path,
+            ShapeToString(input.shape)));
+      }
+    }
     input.data = absl::Span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(contents->data()) +
             header->data_offset,
         contents->size() - header->data_offset);
   } else {
-    if (!dtype || absl::GetFlag(FLAGS_rows) == 0 ||
-        absl::GetFlag(FLAGS_cols) == 0) {
+    if (!dtype || !absl::GetFlag(FLAGS_rows).has_value() ||
+        !absl::GetFlag(FLAGS_cols).has_value()) {
       return Usage(absl::StrCat(
           in_path, " is not a .npy file: give --rows, --cols and --dtype"));
     }
     input.dtype = *dtype;
-    input.shape = {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_rows),
-                   absl::GetFlag(FLAGS_cols)};
+    input.shape = {absl::GetFlag(FLAGS_batch).value_or(1),
+                   *absl::GetFlag(FLAGS_rows), *absl::GetFlag(FLAGS_cols)};
     batched = input.shape.batch > 1;
     input.data = absl::Span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(contents->data()), contents->size());
@@ -225,7 +291,7 @@ int RunTranspose() {
   if (!result.ok()) return Fail(result.status());
 
   const std::string npy_header =
-      absl::EndsWith(out_path, ".npy")
+      absl::EndsWithIgnoreCase(out_path, ".npy")
           ? FormatNpyHeader(result->dtype, result->shape, batched)
           : "";
   const absl::string_view parts[] = {
@@ -277,11 +343,15 @@ int RunInfo() {
 
 int RunHealth() {
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
-  if (!client.ok()) return Fail(client.status());
-  const std::string service = absl::GetFlag(FLAGS_service);
   absl::StatusOr<bool> serving =
-      (*client)->CheckHealth(service, Deadline(/*quick_call=*/true));
-  if (!serving.ok()) return Fail(serving.status());
+      client.ok() ? (*client)->CheckHealth(absl::GetFlag(FLAGS_service),
+                                           Deadline(/*quick_call=*/true))
+                  : client.status();
+  if (!serving.ok()) {
+    Fail(serving.status());
+    return kHealthUnknown;
+  }
+  const std::string service = absl::GetFlag(FLAGS_service);
   std::printf("%s%s\n", *serving ? "SERVING" : "NOT_SERVING",
               service.empty() ? "" : absl::StrCat(" (", service, ")").c_str());
   return *serving ? 0 : 1;
@@ -292,6 +362,15 @@ int RunBenchCommand() {
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
   options.duration = absl::GetFlag(FLAGS_duration);
   options.count = absl::GetFlag(FLAGS_count);
+  if (options.concurrency < 1) {
+    return Usage(absl::StrCat("--concurrency=", options.concurrency,
+                              ": expected 1 or more"));
+  }
+  if (options.count == 0 && options.duration <= absl::ZeroDuration()) {
+    return Usage(
+        absl::StrCat("--duration=", absl::FormatDuration(options.duration),
+                     ": expected a positive duration (or --count)"));
+  }
   options.verify = absl::GetFlag(FLAGS_verify);
   options.call.force_stream = absl::GetFlag(FLAGS_stream);
   if (!absl::GetFlag(FLAGS_dtype).empty()) {
@@ -359,6 +438,9 @@ int main(int argc, char** argv) {
     return absl::EndsWith(path, "client/cli_main.cc");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.version_string = [] {
+    return std::string("transpose " TRANSPOSE_VERSION "\n");
+  };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "Client of the transpose service.\n"
@@ -378,13 +460,8 @@ int main(int argc, char** argv) {
     return transpose::Usage(
         "expected one command: transpose, info, health or bench");
   }
-  if (const std::optional<absl::Duration> deadline =
-          absl::GetFlag(FLAGS_deadline);
-      deadline.has_value() && *deadline <= absl::ZeroDuration()) {
-    return transpose::Usage(
-        absl::StrCat("--deadline=", absl::FormatDuration(*deadline),
-                     ": expected a positive duration, "
-                     "e.g. 30s"));
+  if (const std::string error = transpose::CommonFlagsError(); !error.empty()) {
+    return transpose::Usage(error);
   }
   const std::string command = positional[1];
   if (command == "transpose") return transpose::RunTranspose();

@@ -70,6 +70,15 @@ Client::RetryAdvice Client::ReadRetryAdvice(
   return advice;
 }
 
+// The last attempt's error, saying that it was not the first.
+absl::Status GaveUp(const absl::Status& last, int attempts,
+                    absl::string_view why) {
+  if (attempts == 1) return last;
+  return absl::Status(last.code(),
+                      absl::StrCat(last.message(), " (gave up after ", attempts,
+                                   " ", why, ")"));
+}
+
 // Whether another attempt may go another way. UNAVAILABLE: the call did not
 // get through, or the server is draining (another may take it), unless the
 // server said otherwise. RESOURCE_EXHAUSTED only when the service said to
@@ -181,13 +190,15 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     absl::StatusOr<TransposeStats> stats =
         unary ? Unary(input, output, call, deadline, advice)
               : Stream(input, output, call, deadline, advice);
-    if (stats.ok() || attempt >= options_.max_attempts ||
-        !Retriable(stats.status(), advice)) {
-      return stats;
+    if (stats.ok() || !Retriable(stats.status(), advice)) return stats;
+    if (attempt >= options_.max_attempts) {
+      return GaveUp(stats.status(), attempt, "attempts");
     }
     const absl::Duration wait = std::max(
         Jittered(backoff), advice.pushback.value_or(absl::ZeroDuration()));
-    if (absl::Now() + wait >= deadline) return stats;
+    if (absl::Now() + wait >= deadline) {
+      return GaveUp(stats.status(), attempt, "attempts, at the deadline");
+    }
     absl::SleepFor(wait);
     backoff = std::min(2 * backoff, options_.max_backoff);
   }

@@ -155,9 +155,10 @@ class CliReadmeTest(unittest.TestCase):
         self.assertIn("p99", bench)
 
     def test_health_of_a_dead_server_fails(self):
+        # 3: no answer, which a probe can tell from an answer of NOT_SERVING (1).
         result = subprocess.run([ARGS.cli, "--server=127.0.0.1:1", "--deadline=2s", "health"],
                                 capture_output=True, text=True, timeout=60)
-        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.returncode, 3)
         self.assertIn("UNAVAILABLE", result.stderr)
 
     def test_health_of_a_hung_server_gives_up_within_seconds(self):
@@ -171,7 +172,8 @@ class CliReadmeTest(unittest.TestCase):
                 start = time.time()
                 result = subprocess.run([ARGS.cli, target, command], capture_output=True,
                                         text=True, timeout=120)
-                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertEqual(result.returncode, 3 if command == "health" else 1,
+                                 result.stderr)
                 self.assertIn("DEADLINE_EXCEEDED", result.stderr)
                 self.assertLess(time.time() - start, 30, command)
 
@@ -180,6 +182,64 @@ class CliReadmeTest(unittest.TestCase):
             result = self.cli(f"--deadline={deadline}", "health", check=False)
             self.assertEqual(result.returncode, 2, result.stderr)
             self.assertIn("expected a positive duration", result.stderr)
+
+
+    def test_flag_mistakes_are_usage_errors_naming_the_flag(self):
+        np.save(self.path("m.npy"), np.ones((3, 4), np.float32))
+        cases = [
+            (["--attempts=0", "health"], "--attempts=0"),
+            (["--tls_cert=client.pem", "health"], "--tls_cert=client.pem"),
+            (["bench", "--duration=0s"], "--duration=0"),
+            (["bench", "--concurrency=0"], "--concurrency=0"),
+            (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
+              "--rows=5"], "--rows=5"),
+            (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
+              "--batch=2"], "--batch=2"),
+        ]
+        for args, message in cases:
+            result = self.cli(*args, check=False)
+            self.assertEqual(result.returncode, 2, f"{args}: {result.stderr}")
+            self.assertIn(message, result.stderr, args)
+        self.assertFalse(os.path.exists(self.path("x.npy")))
+        # Shape flags that agree with the file are fine.
+        self.cli("transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
+                 "--rows=3", "--cols=4", "--batch=1")
+        result = self.cli("--token_file=" + self.path("missing"), "health", check=False)
+        self.assertEqual(result.returncode, 3)
+        self.assertIn("--token_file: cannot open", result.stderr)
+
+    def test_a_token_over_plaintext_is_warned_about(self):
+        with open(self.path("token"), "w") as f:
+            f.write("secret\n")
+        result = self.cli("--token_file=" + self.path("token"), "health")
+        self.assertIn("plaintext", result.stderr)
+        self.assertNotIn("plaintext", self.cli("health").stderr)
+
+    def test_an_upper_case_npy_suffix_still_writes_npy(self):
+        a = random_array(np.int32, (5, 7), np.random.default_rng(5))
+        np.save(self.path("a.npy"), a)
+        self.cli("transpose", f"--in={self.path('a.npy')}", f"--out={self.path('B.NPY')}")
+        self.assertTrue(same(np.load(self.path("B.NPY")), np.ascontiguousarray(a.T)))
+
+    def test_bench_refuses_a_matrix_over_the_server_limit_before_allocating_it(self):
+        # 40 GB: more than this machine's memory, and over the server's 4 GiB limit.
+        result = self.cli("bench", "--count=2", "--shape=100000x100000", check=False)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("the server takes matrices up to", result.stderr)
+
+    def test_bench_says_when_no_request_succeeded(self):
+        if "naive" in self.cli("info").stdout:
+            self.skipTest("the server has the classic kernels (a GPU backend)")
+        result = self.cli("bench", "--count=2", "--shape=8x8", "--algorithm=naive", check=False)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("0 ok, 2 errors", result.stdout)
+        self.assertIn("no request succeeded", result.stdout)
+        self.assertNotIn("GB/s", result.stdout)
+
+    def test_version(self):
+        result = subprocess.run([ARGS.cli, "--version"], capture_output=True, text=True,
+                                timeout=60)
+        self.assertRegex(result.stdout, r"^transpose \d+\.\d+")
 
 
 if __name__ == "__main__":
