@@ -1,14 +1,16 @@
 #include "client/bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <functional>
 #include <mutex>
-#include <new>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "kernels/cpu_transpose.h"
@@ -26,41 +28,62 @@ double Percentile(const std::vector<double>& sorted, double p) {
 
 }  // namespace
 
-absl::StatusOr<BenchReport> RunBench(Client& client,
-                                     const BenchOptions& options) {
-  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
-                             MatrixBytes(options.dtype, options.shape));
-  if (options.concurrency < 1)
-    return absl::InvalidArgumentError("concurrency must be at least 1");
+absl::Status CheckBenchOptions(const BenchOptions& options) {
+  if (options.concurrency < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--concurrency=%d: expected 1 or more", options.concurrency));
+  }
   if (options.count == 0 && options.duration <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "the duration must be positive when no count is given");
+        absl::StrCat("--duration=", absl::FormatDuration(options.duration),
+                     ": expected a positive duration (or --count)"));
   }
-  // Every request would be refused: say so before allocating for them.
-  TRANSPOSE_ASSIGN_OR_RETURN(const v1::ServerInfo info, client.GetServerInfo());
+  absl::StatusOr<uint64_t> bytes = MatrixBytes(options.dtype, options.shape);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shape=", ShapeToString(options.shape), ": ",
+                     bytes.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckBenchFits(Client& client, const BenchOptions& options) {
+  TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
+  const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
+  const absl::Duration timeout = options.call.timeout > absl::ZeroDuration()
+                                     ? options.call.timeout
+                                     : absl::Seconds(10);
+  TRANSPOSE_ASSIGN_OR_RETURN(const v1::ServerInfo info,
+                             client.GetServerInfo(timeout));
   if (bytes > info.limits().max_matrix_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s %s is %d bytes; the server takes matrices up to %d bytes",
         DataTypeName(options.dtype), ShapeToString(options.shape), bytes,
         info.limits().max_matrix_bytes()));
   }
-
-  // The input, the expected result, and a result buffer per worker.
-  std::vector<uint8_t> input;
-  std::vector<uint8_t> expected;
-  std::vector<std::vector<uint8_t>> outputs;
-  try {
-    input.resize(bytes);
-    if (options.verify) expected.resize(bytes);
-    outputs.resize(options.concurrency);
-    for (std::vector<uint8_t>& output : outputs) output.resize(bytes);
-  } catch (const std::bad_alloc&) {
+  // Allocation alone would not fail: Linux lends memory it does not have,
+  // and filling the buffers would get the process killed instead.
+  const uint64_t buffers =
+      1 + (options.verify ? 1 : 0) + static_cast<uint64_t>(options.concurrency);
+  const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (bytes > memory / buffers) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "cannot allocate %d buffers of %d bytes (input, %sone result per "
-        "request in flight)",
-        2 + options.concurrency - (options.verify ? 0 : 1), bytes,
-        options.verify ? "expected result, " : ""));
+        "%d buffers of %d bytes (the input, %sone result per request in "
+        "flight) exceed this machine's %d bytes of memory",
+        buffers, bytes, options.verify ? "the expected result, " : "", memory));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BenchReport> RunBench(Client& client,
+                                     const BenchOptions& options) {
+  TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
+  const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
+  std::vector<uint8_t> input(bytes);
+  std::vector<uint8_t> expected(options.verify ? bytes : 0);
+  std::vector<std::vector<uint8_t>> outputs(options.concurrency,
+                                            std::vector<uint8_t>(bytes));
   std::mt19937 rng(42);
   for (uint8_t& b : input) b = static_cast<uint8_t>(rng());
   if (options.verify) {

@@ -42,6 +42,19 @@ struct BenchReport {
   std::string algorithm;
 };
 
+// INVALID_ARGUMENT, naming the option as the CLI's flag does, for options
+// that cannot run: concurrency under 1, no count and a duration that is not
+// positive, a shape with a zero or overflowing dimension.
+absl::Status CheckBenchOptions(const BenchOptions& options);
+
+// Whether the bench can run against this server on this machine, asked before
+// anything is allocated or timed: INVALID_ARGUMENT for a matrix over the
+// server's limit, RESOURCE_EXHAUSTED when its buffers (the input, the expected
+// result, one result per request in flight) exceed this machine's memory, or
+// GetServerInfo's error.
+absl::Status CheckBenchFits(Client& client, const BenchOptions& options);
+
+// Runs the bench; CheckBenchOptions first (CheckBenchFits is the caller's).
 absl::StatusOr<BenchReport> RunBench(Client& client,
                                      const BenchOptions& options);
 

@@ -269,6 +269,14 @@ int RunTranspose() {
     input.dtype = *dtype;
     input.shape = {absl::GetFlag(FLAGS_batch).value_or(1),
                    *absl::GetFlag(FLAGS_rows), *absl::GetFlag(FLAGS_cols)};
+    const std::pair<const char*, uint64_t> dims[] = {
+        {"rows", input.shape.rows},
+        {"cols", input.shape.cols},
+        {"batch", input.shape.batch}};
+    for (const auto& [name, value] : dims) {
+      if (value == 0)
+        return Usage(absl::StrCat("--", name, "=0: expected 1 or more"));
+    }
     batched = input.shape.batch > 1;
     input.data = absl::Span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(contents->data()), contents->size());
@@ -362,17 +370,9 @@ int RunBenchCommand() {
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
   options.duration = absl::GetFlag(FLAGS_duration);
   options.count = absl::GetFlag(FLAGS_count);
-  if (options.concurrency < 1) {
-    return Usage(absl::StrCat("--concurrency=", options.concurrency,
-                              ": expected 1 or more"));
-  }
-  if (options.count == 0 && options.duration <= absl::ZeroDuration()) {
-    return Usage(
-        absl::StrCat("--duration=", absl::FormatDuration(options.duration),
-                     ": expected a positive duration (or --count)"));
-  }
   options.verify = absl::GetFlag(FLAGS_verify);
   options.call.force_stream = absl::GetFlag(FLAGS_stream);
+  options.call.timeout = Deadline(/*quick_call=*/false);
   if (!absl::GetFlag(FLAGS_dtype).empty()) {
     std::optional<DataType> dtype =
         DataTypeFromName(absl::GetFlag(FLAGS_dtype));
@@ -403,9 +403,16 @@ int RunBenchCommand() {
     return Usage("--shape must be ROWSxCOLS or BATCHxROWSxCOLS");
   }
 
+  if (absl::Status checked = CheckBenchOptions(options); !checked.ok()) {
+    return Usage(std::string(checked.message()));
+  }
+
   absl::StatusOr<std::unique_ptr<Client>> client =
       MakeClient(/*default_attempts=*/1);
   if (!client.ok()) return Fail(client.status());
+  if (absl::Status fits = CheckBenchFits(**client, options); !fits.ok()) {
+    return Fail(fits);
+  }
   const std::string metrics_url = absl::GetFlag(FLAGS_metrics_url);
   absl::StatusOr<MetricSamples> before;
   if (!metrics_url.empty()) {
@@ -433,6 +440,7 @@ int RunBenchCommand() {
 
 int main(int argc, char** argv) {
   transpose::SetUpProcess();
+  transpose::RemoveTemporaryFilesOnSignal();
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view path) {
     return absl::EndsWith(path, "client/cli_main.cc");

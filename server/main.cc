@@ -97,10 +97,10 @@ ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
           "faults (a sticky CUDA error), to exercise fault handling.");
 ABSL_FLAG(double, stream_idle_seconds, 120,
           "A TransposeStream call that finishes no message either way for "
-          "this long (its client stopped sending mid-upload, or stopped "
-          "reading the response) ends with DEADLINE_EXCEEDED and gives back "
-          "its admission; time its own job takes does not count. 0: never; "
-          "else at least 1.");
+          "this long (its client stopped sending mid-upload, stopped reading "
+          "the response, or has its result but never half-closed) ends with "
+          "DEADLINE_EXCEEDED and gives back its admission; time its own job "
+          "takes does not count. 0: never; else at least 1.");
 ABSL_FLAG(double, drain_seconds, 30,
           "On SIGTERM or SIGINT, how long running calls may take to finish.");
 ABSL_FLAG(std::string, tls_cert, "",

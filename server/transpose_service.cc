@@ -235,9 +235,11 @@ class TransposeService::StreamCall final
         // No more data will come: the client half-closed, or the call is over.
         if (context_.IsCancelled()) {
           FinishLocked(EndedByTransport(
-              context_, job_started_
-                            ? "the call ended before its result was out"
-                            : "the call ended during the upload"));
+              context_, !job_started_ ? "the call ended during the upload"
+                        : ResultSentLocked()
+                            ? "the call ended after its result, before the "
+                              "client half-closed"
+                            : "the call ended before its result was out"));
         } else if (!job_started_) {
           FinishLocked(assembler_.Finish());
         } else {

@@ -195,6 +195,9 @@ class CliReadmeTest(unittest.TestCase):
               "--rows=5"], "--rows=5"),
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
               "--batch=2"], "--batch=2"),
+            (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.bin')}",
+              "--dtype=float32", "--rows=0", "--cols=4"], "--rows=0"),
+            (["bench", "--shape=0x5"], "--shape=0x5"),
         ]
         for args, message in cases:
             result = self.cli(*args, check=False)

@@ -58,58 +58,51 @@ mode_t Umask() {
   return 022;
 }
 
-// Temporary files being written, removed if a signal ends the process first
-// (Ctrl-C during a large write would otherwise leave gigabytes behind under a
-// name the user never chose). Slots, since commits may overlap.
-constexpr int kTerminatingSignals[] = {SIGHUP, SIGINT, SIGTERM};
-std::atomic<const char*> temporaries[8];
+// Temporary files being written, for RemoveTemporaryFilesOnSignal: fixed
+// buffers, since a signal handler can read neither a string another thread
+// may free nor a lock. Slots, since commits may overlap.
+struct TemporarySlot {
+  std::atomic<bool> taken{false};
+  std::atomic<bool> ready{false};  // `path` holds a whole name.
+  char path[PATH_MAX];
+};
+TemporarySlot temporary_slots[8];
 
 void RemoveTemporariesAndDie(int signal) {
-  for (std::atomic<const char*>& slot : temporaries) {
-    if (const char* path = slot.load()) ::unlink(path);
+  for (TemporarySlot& slot : temporary_slots) {
+    if (slot.ready.load()) ::unlink(slot.path);
   }
   std::signal(signal, SIG_DFL);
   ::raise(signal);
 }
 
-// Registers `path` for removal on a terminating signal while it lives. The
-// handlers go in where the signal's action is the default one, and stay: a
-// process that waits for these signals with them blocked (the server) never
-// runs them.
-class RemovedOnSignal {
+// Lists a temporary file, once created, for removal on a terminating signal,
+// while it lives. Names too long for a slot, or past the slots, go unlisted.
+class ListedTemporary {
  public:
-  explicit RemovedOnSignal(const char* path) {
-    for (std::atomic<const char*>& slot : temporaries) {
-      const char* empty = nullptr;
-      if (slot.compare_exchange_strong(empty, path)) {
+  explicit ListedTemporary(const std::string& path) {
+    if (path.size() >= PATH_MAX) return;
+    for (TemporarySlot& slot : temporary_slots) {
+      bool free = false;
+      if (slot.taken.compare_exchange_strong(free, true)) {
+        path.copy(slot.path, path.size());
+        slot.path[path.size()] = '\0';
+        slot.ready.store(true);
         slot_ = &slot;
-        break;
+        return;
       }
     }
-    static const bool installed = [] {
-      for (int signal : kTerminatingSignals) {
-        struct sigaction current {};
-        if (::sigaction(signal, nullptr, &current) != 0 ||
-            current.sa_handler != SIG_DFL) {
-          continue;
-        }
-        struct sigaction action {};
-        action.sa_handler = RemoveTemporariesAndDie;
-        sigemptyset(&action.sa_mask);
-        ::sigaction(signal, &action, nullptr);
-      }
-      return true;
-    }();
-    (void)installed;
   }
-  ~RemovedOnSignal() {
-    if (slot_ != nullptr) slot_->store(nullptr);
+  ~ListedTemporary() {
+    if (slot_ == nullptr) return;
+    slot_->ready.store(false);
+    slot_->taken.store(false);
   }
-  RemovedOnSignal(const RemovedOnSignal&) = delete;
-  RemovedOnSignal& operator=(const RemovedOnSignal&) = delete;
+  ListedTemporary(const ListedTemporary&) = delete;
+  ListedTemporary& operator=(const ListedTemporary&) = delete;
 
  private:
-  std::atomic<const char*>* slot_ = nullptr;
+  TemporarySlot* slot_ = nullptr;
 };
 
 std::string DirectoryOf(const std::string& path) {
@@ -201,9 +194,9 @@ absl::Status FileWriter::Commit(
   // A name no other writer has (O_EXCL, never through a link), with the mode
   // the file has, or a new file would get.
   std::string temporary = absl::StrCat(path_, ".partial-XXXXXX");
-  const RemovedOnSignal removed_on_signal(temporary.c_str());
   const int fd = ::mkostemp(temporary.data(), O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot write", path_);
+  const ListedTemporary listed(temporary);
   struct stat info;
   const mode_t mode = ::stat(path_.c_str(), &info) == 0 ? info.st_mode & 07777
                                                         : 0666 & ~Umask();
@@ -218,6 +211,21 @@ absl::Status FileWriter::Commit(
   }
   if (!status.ok()) ::unlink(temporary.c_str());
   return status;
+}
+
+void RemoveTemporaryFilesOnSignal() {
+  for (int signal : {SIGHUP, SIGINT, SIGTERM}) {
+    struct sigaction current {};
+    // A signal the program ignores, or handles itself, stays as it is.
+    if (::sigaction(signal, nullptr, &current) != 0 ||
+        current.sa_handler != SIG_DFL) {
+      continue;
+    }
+    struct sigaction action {};
+    action.sa_handler = RemoveTemporariesAndDie;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(signal, &action, nullptr);
+  }
 }
 
 absl::Status WriteFile(const std::string& path,

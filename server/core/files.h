@@ -23,9 +23,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // flushed to disk and renamed over it, keeping the old file's permissions; a
 // failed write leaves the old file as it was. Anything else (a pipe,
 // /dev/stdout) is written in place, as is a file whose directory cannot be
-// written. SIGINT, SIGTERM or SIGHUP during a write (where the process leaves
-// them at their default action) removes the temporary file before the process
-// ends.
+// written. See RemoveTemporaryFilesOnSignal for a write cut short by a signal.
 class FileWriter {
  public:
   // Checks that `path` can be written, and touches nothing: check before the
@@ -42,6 +40,12 @@ class FileWriter {
   std::string path_;  // Symbolic links resolved, when written through one.
   bool in_place_;
 };
+
+// For programs (call it from main): SIGHUP, SIGINT or SIGTERM, where the
+// program leaves them at their default action, first removes the temporary
+// files of commits under way, then ends the process as before. Without it,
+// Ctrl-C during a large write leaves a "NAME.partial-XXXXXX" file behind.
+void RemoveTemporaryFilesOnSignal();
 
 // FileWriter::Create, then Commit.
 absl::Status WriteFile(const std::string& path,

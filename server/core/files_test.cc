@@ -119,6 +119,7 @@ TEST_F(FilesTest, ASignalDuringCommitLeavesNoTemporaryFile) {
   const std::vector<absl::string_view> parts(32, chunk);  // 512 MiB.
   EXPECT_EXIT(
       {
+        RemoveTemporaryFilesOnSignal();
         // Ctrl-C once the temporary file is there, while it is written.
         std::thread interrupt([this] {
           while (!HasEntry(dir_, "out.partial-")) {
