@@ -33,6 +33,27 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   return absl::InternalError(message);
 }
 
+// Makes `device` current on this thread for the scope, then puts back the
+// caller's: creating or destroying a backend must not move its caller's later
+// CUDA calls (a test's, or another backend's) to another GPU.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~ScopedDevice() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  absl::Status status_;
+};
+
 // Errors after which the CUDA context is unusable: every later call fails, so
 // results from this device can no longer be trusted.
 bool IsStickyError(cudaError_t error) {
@@ -214,8 +235,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 }
 
 absl::Status CudaBackend::Init() {
-  TRANSPOSE_RETURN_IF_ERROR(
-      CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  const ScopedDevice scoped_device(device_);
+  TRANSPOSE_RETURN_IF_ERROR(scoped_device.status());
   cudaDeviceProp properties;
   TRANSPOSE_RETURN_IF_ERROR(
       CudaStatus(cudaGetDeviceProperties(&properties, device_),
@@ -310,7 +331,7 @@ absl::Status CudaBackend::Init() {
 
 CudaBackend::~CudaBackend() {
   workers_.reset();
-  cudaSetDevice(device_);
+  const ScopedDevice scoped_device(device_);
   for (Slot& slot : slots_) {
     if (slot.stream != nullptr) cudaStreamSynchronize(slot.stream);
     for (cudaEvent_t event : {slot.start, slot.copied_in, slot.transposed,

@@ -152,6 +152,28 @@ TEST_F(CudaBackendTest, DeviceMemoryPastThePoolLimitIsReturned) {
   }
 }
 
+// With several GPUs, making the backends (one per GPU, each set up on its own
+// device) leaves the caller on the device it was on.
+TEST_F(CudaBackendTest, MakingBackendsLeavesTheCallersDeviceAsItWas) {
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  for (int device = 0; device < count; ++device) {
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    {
+      std::unique_ptr<Backend> backend = MakeBackend();
+      ASSERT_NE(backend, nullptr);
+      int current = -1;
+      ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+      EXPECT_EQ(current, device) << "after making the backends";
+    }
+    int current = -1;
+    ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+    EXPECT_EQ(current, device) << "after destroying them";
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+}
+
+// The backend is cuda:0, on the device this thread is on.
 TEST_F(CudaBackendTest, OutOfDeviceMemoryIsResourceExhaustedAndPasses) {
   std::unique_ptr<Backend> backend = MakeBackend();
   ASSERT_NE(backend, nullptr);

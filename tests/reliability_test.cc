@@ -737,9 +737,12 @@ TEST_F(ReliabilityTest, APortInUseIsRefused) {
 }
 
 // With the CUDA backend (the GPU machine): a device fault that poisons the CUDA
-// context fails the request it hit, marks the device unhealthy, turns health
-// NOT_SERVING, and later requests get UNAVAILABLE instead of results from a
-// broken device. The server stays up.
+// context fails the request it hit and takes that device out of service;
+// later requests go to the devices left, and once none is left health turns
+// NOT_SERVING and requests get UNAVAILABLE instead of results from a broken
+// device. The server stays up. With one stream per device and nothing else
+// running, requests take the devices in turn, so every device runs two jobs
+// before the first fault.
 TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
   if (ServerProcess::BackendFromEnvironment() != "cuda") {
     GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
@@ -748,17 +751,31 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
       Start({"--testing_cuda_fault_after_jobs=2", "--streams_per_device=1"});
   ASSERT_NE(server, nullptr);
   auto client = Connect(*server);
-  EXPECT_TRUE(Transpose(*client, 64, 64).ok());
-  EXPECT_TRUE(Transpose(*client, 64, 64).ok());
-  absl::Status faulted = Transpose(*client, 64, 64);
-  EXPECT_EQ(faulted.code(), absl::StatusCode::kInternal) << faulted;
-  bool unhealthy = false;
-  for (int i = 0; i < 50 && !unhealthy; ++i) {
+  absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const int devices = info->backends_size();
+  auto serving_after_a_health_check = [&] {
+    absl::SleepFor(absl::Milliseconds(1500));  // The server checks each second.
     absl::StatusOr<bool> serving = client->CheckHealth();
-    unhealthy = serving.ok() && !*serving;
-    absl::SleepFor(absl::Milliseconds(100));
+    return serving.ok() && *serving;
+  };
+  for (int i = 0; i < 2 * devices; ++i) {
+    EXPECT_TRUE(Transpose(*client, 64, 64).ok()) << "job " << i;
   }
-  EXPECT_TRUE(unhealthy);
+  int faults = 0;
+  absl::Status status = absl::OkStatus();
+  for (int i = 0; i < 4 * devices; ++i) {
+    status = Transpose(*client, 64, 64);
+    if (status.code() != absl::StatusCode::kInternal) break;
+    ++faults;
+    if (faults < devices) {
+      EXPECT_TRUE(serving_after_a_health_check())
+          << faults << " of " << devices << " devices faulted";
+    }
+  }
+  EXPECT_GE(faults, devices);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_FALSE(serving_after_a_health_check());
   EXPECT_EQ(Transpose(*client, 64, 64).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(server->Stop(SIGTERM), 0);
 }

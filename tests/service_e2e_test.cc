@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/metrics_scrape.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/reference_transpose.h"
@@ -26,6 +28,7 @@ using ::testing::HasSubstr;
 using testing::RandomBytes;
 using testing::ReferenceTranspose;
 using testing::ServerProcess;
+using ::testing::StartsWith;
 
 constexpr uint64_t kUnaryLimit = 1 << 20;
 constexpr uint64_t kMatrixLimit = 64 << 20;
@@ -72,7 +75,12 @@ class ServiceTest : public ::testing::Test {
     EXPECT_EQ(result->shape, shape.Transposed());
     EXPECT_TRUE(result->data == ReferenceTranspose(input, size, shape))
         << DataTypeName(dtype) << " " << ShapeToString(shape);
-    EXPECT_EQ(result->stats.backend, GpuBackend() ? "cuda:0" : "cpu");
+    // Any of the GPUs on a machine with several.
+    if (GpuBackend()) {
+      EXPECT_THAT(result->stats.backend, StartsWith("cuda:"));
+    } else {
+      EXPECT_EQ(result->stats.backend, "cpu");
+    }
     EXPECT_GT(result->stats.kernel_seconds, 0);
     EXPECT_GT(result->stats.bandwidth_bytes_per_second, 0);
     EXPECT_GT(result->stats.peak_fraction, 0);
@@ -324,6 +332,57 @@ TEST_F(ServiceTest, ConcurrentClientsAllGetTheirOwnResults) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(failures, 0);
+}
+
+// With several devices (the GPU machine's two-GPU kind), concurrent requests
+// spread over all of them, and each gives correct results.
+TEST_F(ServiceTest, ConcurrentRequestsUseEveryDevice) {
+  absl::StatusOr<v1::ServerInfo> info = client_->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  if (info->backends_size() < 2) {
+    GTEST_SKIP() << "the server has one device (" << info->backends(0).name()
+                 << "); this needs two or more";
+  }
+  const std::string metrics_url =
+      absl::StrCat("http://127.0.0.1:", server_->metrics_port(), "/metrics");
+  auto kernel_bytes = [&] {
+    absl::StatusOr<std::string> text = FetchUrl(metrics_url);
+    EXPECT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<MetricSamples> samples =
+        ParseMetricsText(text.ok() ? *text : "");
+    std::map<std::string, double> bytes;
+    for (const v1::Backend& backend : info->backends()) {
+      const std::string name = absl::StrCat(
+          "transpose_kernel_bytes_total{backend=\"", backend.name(), "\"}");
+      bytes[backend.name()] =
+          samples.ok() && samples->count(name) ? samples->at(name) : -1;
+    }
+    return bytes;
+  };
+  const std::map<std::string, double> before = kernel_bytes();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 2 * info->backends_size(); ++t) {
+    threads.emplace_back([t, &failures] {
+      const MatrixShape shape{1, 1000 + static_cast<uint64_t>(t), 1024};
+      for (int i = 0; i < 8; ++i) {
+        const std::vector<uint8_t> input =
+            RandomBytes(shape.elements() * 4, 1000 * t + i);
+        absl::StatusOr<TransposeResult> result =
+            client_->Transpose({DataType::kFloat32, shape, input});
+        if (!result.ok() ||
+            result->data != ReferenceTranspose(input, 4, shape)) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures, 0);
+  const std::map<std::string, double> after = kernel_bytes();
+  for (const auto& [name, bytes] : after) {
+    EXPECT_GT(bytes, before.at(name)) << name << " took no work";
+  }
 }
 
 TEST_F(ServiceTest, GetServerInfoReportsBackendsAndLimits) {
