@@ -35,6 +35,10 @@ using Stream =
     grpc::ClientReaderWriter<v1::TransposeRequest, v1::TransposeResponse>;
 
 constexpr uint64_t kMiB = 1 << 20;
+// Streams the server ended as timed out (the idle watchdog's count).
+constexpr char kDeadlines[] =
+    "transpose_requests_total{code=\"DEADLINE_EXCEEDED\","
+    "method=\"TransposeStream\"}";
 
 std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
@@ -321,9 +325,6 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
   ASSERT_NE(server, nullptr);
   auto client = Connect(*server);
   auto stub = v1::TransposeService::NewStub(client->channel());
-  constexpr char kDeadlines[] =
-      "transpose_requests_total{code=\"DEADLINE_EXCEEDED\","
-      "method=\"TransposeStream\"}";
 
   // An upload that stops after its header.
   {
@@ -408,9 +409,6 @@ TEST_F(ReliabilityTest, AResultWithoutHalfCloseGivesBackItsAdmissionAtOnce) {
   ASSERT_NE(server, nullptr);
   auto client = Connect(*server);
   auto stub = v1::TransposeService::NewStub(client->channel());
-  constexpr char kDeadlines[] =
-      "transpose_requests_total{code=\"DEADLINE_EXCEEDED\","
-      "method=\"TransposeStream\"}";
   {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
