@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -120,6 +121,21 @@ RequestPart PartOf(const v1::TransposeRequest& header,
   return part;
 }
 
+namespace {
+
+// Parses one received TransposeRequest into the assembler. The job may hold on
+// to the message's slices instead of copying them.
+absl::Status AddMessage(const grpc::ByteBuffer& message,
+                        RequestAssembler& assembler) {
+  wire::RequestView view;
+  TRANSPOSE_RETURN_IF_ERROR(wire::Parse(message, view));
+  auto slices =
+      std::make_shared<std::vector<grpc::Slice>>(std::move(view.slices));
+  return assembler.Add(PartOf(view.header, view.data, std::move(slices)));
+}
+
+}  // namespace
+
 TransposeService::TransposeService(Engine& engine, Metrics& metrics,
                                    const AccessControl& access,
                                    ServiceOptions options)
@@ -136,9 +152,13 @@ TransposeService::TransposeService(Engine& engine, Metrics& metrics,
   }
 }
 
+// Transpose: the request's data goes to the job as the transport's slices,
+// which the job keeps; the reply's data is the job's output, which the reply
+// keeps. So the job, its buffers and its admission last until gRPC has sent
+// the reply: a reply to a slow reader is still counted against the budget.
 grpc::ServerUnaryReactor* TransposeService::Transpose(
-    grpc::CallbackServerContext* context, const v1::TransposeRequest* request,
-    v1::TransposeResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto scope = std::make_unique<RpcScope>(metrics_, calls_,
                                           RpcMethod::kTranspose, *context);
@@ -147,17 +167,13 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
     return reactor;
   }
 
-  // The job reads the request in place, with no owner: gRPC keeps the request
-  // until the call is finished, and every path below destroys the job before
-  // it finishes the call.
   absl::Status status;
   TransposeSpec spec;
   std::shared_ptr<TransposeJob> job;
   {
     RequestAssembler assembler(
         [this](const TransposeSpec& spec) { return engine_.CreateJob(spec); });
-    const absl::string_view data = request->data();
-    status = assembler.Add(PartOf(*request, {&data, 1}, nullptr));
+    status = AddMessage(*request, assembler);
     if (status.ok()) status = assembler.Finish();
     if (status.ok()) {
       spec = assembler.spec();
@@ -173,12 +189,12 @@ grpc::ServerUnaryReactor* TransposeService::Transpose(
   job_ref.Run([job = std::move(job), spec, response, reactor,
                scope = std::move(scope)](absl::Status status) mutable {
     if (status.ok()) {
-      FillHeader(spec, *response);
-      const absl::Span<const uint8_t> output = job->output();
-      response->set_data(output.data(), output.size());
-      api::ToProto(job->stats(), *response->mutable_stats());
+      v1::TransposeResponse header;
+      FillHeader(spec, header);
+      api::ToProto(job->stats(), *header.mutable_stats());
+      *response = wire::Encode(header, job->output(), job);
     }
-    job.reset();  // Give the buffers back before the reply goes out.
+    job.reset();  // The reply holds it now, or nothing does.
     reactor->Finish(scope->Finish(status));
   });
   return reactor;
@@ -248,15 +264,8 @@ class TransposeService::StreamCall final
         }
         return;
       }
-      wire::RequestView view;
-      absl::Status status = wire::Parse(request_, view);
-      if (status.ok()) {
-        // The job may hold on to the received slices instead of copying them.
-        auto slices =
-            std::make_shared<std::vector<grpc::Slice>>(std::move(view.slices));
-        status = assembler_.Add(PartOf(view.header, view.data, slices));
-      }
-      if (!status.ok()) {
+      if (absl::Status status = AddMessage(request_, assembler_);
+          !status.ok()) {
         FinishLocked(status);
         return;
       }

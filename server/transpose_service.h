@@ -42,13 +42,13 @@ RequestPart PartOf(const v1::TransposeRequest& header,
                    absl::Span<const absl::string_view> data,
                    std::shared_ptr<const void> owner);
 
-// TransposeStream is registered raw (grpc::ByteBuffer): request data goes to
-// the job as the transport's slices (the CPU backend transposes from them in
-// place, the CUDA backend copies them into pinned memory), and response data
-// goes out as slices of the job's output.
+// Transpose and TransposeStream are registered raw (grpc::ByteBuffer): request
+// data goes to the job as the transport's slices (the CPU backend transposes
+// from them in place, the CUDA backend copies them into pinned memory), and
+// response data goes out as slices of the job's output.
 using TransposeServiceBase =
     v1::TransposeService::WithRawCallbackMethod_TransposeStream<
-        v1::TransposeService::WithCallbackMethod_Transpose<
+        v1::TransposeService::WithRawCallbackMethod_Transpose<
             v1::TransposeService::WithCallbackMethod_GetServerInfo<
                 v1::TransposeService::Service>>>;
 
@@ -60,8 +60,8 @@ class TransposeService final : public TransposeServiceBase {
                    const AccessControl& access, ServiceOptions options);
 
   grpc::ServerUnaryReactor* Transpose(grpc::CallbackServerContext* context,
-                                      const v1::TransposeRequest* request,
-                                      v1::TransposeResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TransposeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetServerInfo(

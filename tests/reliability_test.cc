@@ -109,6 +109,10 @@ class FreezableRelay {
   }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   void Freeze() { frozen_ = true; }
+  // Stops moving bytes from the server to the client once `bytes` have gone
+  // from the client to the server: the server's answers then wait in its own
+  // buffers, as for a client that does not read.
+  void FreezeAnswersAfter(uint64_t bytes) { answers_after_ = bytes; }
 
  private:
   static sockaddr_in Loopback(int port) {
@@ -128,6 +132,8 @@ class FreezableRelay {
       std::vector<size_t> which;  // fds[i + 1] is open_[which[i]].
       for (size_t j = 0; j < open_.size() && !frozen_; ++j) {
         if (ended[j]) continue;
+        // open_ holds (client, server) pairs: odd j read the server.
+        if (j % 2 == 1 && asked_ >= answers_after_) continue;
         fds.push_back({open_[j], POLLIN, 0});
         which.push_back(j);
       }
@@ -158,10 +164,13 @@ class FreezableRelay {
           continue;
         }
         for (ssize_t sent = 0; sent < n;) {
-          const ssize_t m = write(peer[j], buffer + sent, n - sent);
+          // A peer gone away must not end the test with SIGPIPE.
+          const ssize_t m =
+              send(peer[j], buffer + sent, n - sent, MSG_NOSIGNAL);
           if (m <= 0) break;
           sent += m;
         }
+        if (j % 2 == 0) asked_ += n;
       }
     }
   }
@@ -171,6 +180,8 @@ class FreezableRelay {
   int port_ = 0;
   std::vector<int> open_;
   std::atomic<bool> frozen_{false};
+  std::atomic<uint64_t> answers_after_{UINT64_MAX};
+  uint64_t asked_ = 0;  // Bytes from clients to the server.
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -523,6 +534,46 @@ TEST_F(ReliabilityTest, ASilentConnectionIsClosedByKeepalive) {
                        1),
             1);
   context.TryCancel();
+}
+
+// A unary reply the client does not read yet keeps its job, and so its
+// admission, until it is sent: the budget bounds the replies in flight too.
+TEST_F(ReliabilityTest, AnUnreadUnaryReplyKeepsItsAdmissionUntilSent) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  FreezableRelay relay(server->port());
+  constexpr uint64_t kBytes = 32 * kMiB;
+  relay.FreezeAnswersAfter(kBytes);
+  ClientOptions options;
+  options.target = relay.address();
+  auto client = *Client::Create(options);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
+  v1::TransposeRequest request = Header(4096, 2048);
+  request.set_data(std::string(kBytes, '\2'));
+  grpc::Status status;
+  std::thread call([&] {
+    v1::TransposeResponse response;
+    status = stub->Transpose(&context, request, &response);
+  });
+  // The job has run and the reply is out of the service's hands...
+  EXPECT_EQ(AwaitGauge(*server,
+                       "transpose_requests_total{code=\"OK\","
+                       "method=\"Transpose\"}",
+                       1, absl::Seconds(30)),
+            1);
+  // ...but not sent: its bytes are still the job's, and counted.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(Gauge(*server, "transpose_admitted_bytes"), kBytes);
+  // Bytes of it already queued on the connection go out before the job can
+  // go: cancelling alone does not free it while the connection is stuck.
+  context.TryCancel();
+  call.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  relay.FreezeAnswersAfter(UINT64_MAX);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
 }
 
 // A client killed in the middle of a 1 GiB upload leaves nothing behind on the
