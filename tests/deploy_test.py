@@ -54,6 +54,25 @@ class DeployTest(unittest.TestCase):
         out = subprocess.run([ARGS.server, "--help"], capture_output=True, text=True).stdout
         return re.search(r"--%s \(.*?\);\s+default: ([^;]+);" % flag, out, re.S).group(1)
 
+    def check_memory_budget(self, name, container, uses):
+        """The server's worst case under its flags (deploy/README.md: admitted matrices, pooled
+        buffers per GPU, gRPC's buffers) fits the memory limit, which is also the request (pinned
+        memory cannot be reclaimed)."""
+        def flag(f):
+            return int(uses.get(f, self.server_default(f)))
+        resources = container["resources"]
+        limit = resources["limits"]["memory"]
+        self.assertEqual(resources["requests"]["memory"], limit, name)
+        self.assertTrue(limit.endswith("Gi"), limit)
+        gib = 1 << 30
+        inflight = flag("max_inflight_bytes")
+        transport = flag("max_transport_bytes") or inflight + max(
+            gib, 4 * flag("max_message_bytes"))
+        gpus = int(resources["limits"]["nvidia.com/gpu"])
+        worst = inflight + gpus * flag("buffer_pool_bytes") + transport
+        self.assertLessEqual(worst, int(limit[:-2]) * gib,
+                             f"{name}: {worst / gib:.0f} GiB at worst, limit {limit}")
+
     def objects(self, kind):
         for name, (_, docs) in self.rendered.items():
             for doc in docs:
@@ -97,11 +116,16 @@ class DeployTest(unittest.TestCase):
                              "transpose.v1.TransposeService")
             self.assertIn("nvidia.com/gpu", container["resources"]["limits"])
             # The preStop pause, the unready phase and the drain fit in the grace period.
-            pause = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+            command = container["lifecycle"]["preStop"]["exec"]["command"]
+            self.assertEqual(command[0], "sleep", name)
+            pause = float(command[1])
             unready = float(uses.get("unready_seconds", self.server_default("unready_seconds")))
             self.assertGreater(pod["terminationGracePeriodSeconds"],
                                float(uses["drain_seconds"]) + pause + unready)
             self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+            # The HPA owns the replica count: an apply must not reset it.
+            self.assertNotIn("replicas", deployment["spec"], name)
+            self.check_memory_budget(name, container, uses)
         services = {s["metadata"]["name"]: s for _, s in self.objects("Service")}
         self.assertEqual(services["transpose-headless"]["spec"]["clusterIP"], "None")
         for _, monitor in self.objects("ServiceMonitor"):
