@@ -52,8 +52,25 @@ class RpcScope {
     return absl::OkStatus();
   }
 
-  // Returns the status to hand to gRPC.
+  // Reply, then Record: returns the status to hand to gRPC.
   grpc::Status Finish(const absl::Status& status) {
+    grpc::Status reply = Reply(status);
+    Record(status);
+    return reply;
+  }
+
+  // The status to hand to gRPC, with the retry advice a refusal carries.
+  grpc::Status Reply(const absl::Status& status) {
+    if (IsRetryLater(status)) {
+      context_.AddTrailingMetadata(api::kRetryPushbackKey,
+                                   absl::StrCat(kRetryPushbackMs));
+    }
+    return api::ToGrpcStatus(status);
+  }
+
+  // The call is over, with `status`: counts, times and logs it, and leaves
+  // the in-flight gauge and the drain's count. Once only.
+  void Record(const absl::Status& status) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
     metrics_.inflight_requests().Decrement();
     if (entered_) calls_.Leave();
@@ -66,11 +83,6 @@ class RpcScope {
       Log(LogLevel::kDebug, "%s from %s ok in %.6fs", RpcMethodName(method_),
           peer_, seconds);
     }
-    if (IsRetryLater(status)) {
-      context_.AddTrailingMetadata(api::kRetryPushbackKey,
-                                   absl::StrCat(kRetryPushbackMs));
-    }
-    return api::ToGrpcStatus(status);
   }
 
  private:
@@ -155,49 +167,80 @@ TransposeService::TransposeService(Engine& engine, Metrics& metrics,
 // Transpose: the request's data goes to the job as the transport's slices,
 // which the job keeps; the reply's data is the job's output, which the reply
 // keeps. So the job, its buffers and its admission last until gRPC has sent
-// the reply: a reply to a slow reader is still counted against the budget.
+// the reply, and the call counts as in flight, and is recorded, only once the
+// reply is out (OnDone): a reply to a slow reader is still counted against
+// the budget, and one that never arrives is not counted OK. The reactor
+// deletes itself in OnDone.
+class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryCall(TransposeService& service, grpc::CallbackServerContext& context,
+            const grpc::ByteBuffer& request, grpc::ByteBuffer& response)
+      : context_(context),
+        response_(response),
+        scope_(service.metrics_, service.calls_, RpcMethod::kTranspose,
+               context) {
+    if (absl::Status allowed = scope_.Admit(service.access_, context);
+        !allowed.ok()) {
+      End(allowed);
+      return;
+    }
+    absl::Status status;
+    std::shared_ptr<TransposeJob> job;
+    {
+      RequestAssembler assembler([&service](const TransposeSpec& spec) {
+        return service.engine_.CreateJob(spec);
+      });
+      status = AddMessage(request, assembler);
+      if (status.ok()) status = assembler.Finish();
+      if (status.ok()) {
+        spec_ = assembler.spec();
+        job = assembler.job();
+      }
+    }  // A refused job, and any band still reading the request, ends here.
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    TransposeJob& job_ref = *job;
+    job_ref.Run([this, job = std::move(job)](absl::Status status) mutable {
+      if (status.ok()) {
+        v1::TransposeResponse header;
+        FillHeader(spec_, header);
+        api::ToProto(job->stats(), *header.mutable_stats());
+        response_ = wire::Encode(header, job->output(), job);
+      }
+      job.reset();  // The reply holds it now, or nothing does.
+      End(status);
+    });
+  }
+
+  void OnDone() override {
+    // An OK reply the client never got (it cancelled, its deadline passed,
+    // its connection went) is not counted as OK.
+    scope_.Record(
+        status_.ok() && context_.IsCancelled()
+            ? EndedByTransport(context_, "the reply was not delivered")
+            : status_);
+    delete this;
+  }
+
+ private:
+  void End(const absl::Status& status) {
+    status_ = status;
+    Finish(scope_.Reply(status));
+  }
+
+  grpc::CallbackServerContext& context_;
+  grpc::ByteBuffer& response_;
+  RpcScope scope_;
+  TransposeSpec spec_;
+  absl::Status status_;
+};
+
 grpc::ServerUnaryReactor* TransposeService::Transpose(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto scope = std::make_unique<RpcScope>(metrics_, calls_,
-                                          RpcMethod::kTranspose, *context);
-  if (absl::Status allowed = scope->Admit(access_, *context); !allowed.ok()) {
-    reactor->Finish(scope->Finish(allowed));
-    return reactor;
-  }
-
-  absl::Status status;
-  TransposeSpec spec;
-  std::shared_ptr<TransposeJob> job;
-  {
-    RequestAssembler assembler(
-        [this](const TransposeSpec& spec) { return engine_.CreateJob(spec); });
-    status = AddMessage(*request, assembler);
-    if (status.ok()) status = assembler.Finish();
-    if (status.ok()) {
-      spec = assembler.spec();
-      job = assembler.job();
-    }
-  }  // A refused job, and any band still reading the request, ends here.
-  if (!status.ok()) {
-    reactor->Finish(scope->Finish(status));
-    return reactor;
-  }
-
-  TransposeJob& job_ref = *job;
-  job_ref.Run([job = std::move(job), spec, response, reactor,
-               scope = std::move(scope)](absl::Status status) mutable {
-    if (status.ok()) {
-      v1::TransposeResponse header;
-      FillHeader(spec, header);
-      api::ToProto(job->stats(), *header.mutable_stats());
-      *response = wire::Encode(header, job->output(), job);
-    }
-    job.reset();  // The reply holds it now, or nothing does.
-    reactor->Finish(scope->Finish(status));
-  });
-  return reactor;
+  return new UnaryCall(*this, *context, *request, *response);
 }
 
 // TransposeStream: reads the request into a job, runs it as soon as the last

@@ -74,6 +74,7 @@ class TransposeService final : public TransposeServiceBase {
   CallGate& calls() { return calls_; }
 
  private:
+  class UnaryCall;
   class StreamCall;
 
   Engine& engine_;

@@ -110,9 +110,9 @@ class FreezableRelay {
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   void Freeze() { frozen_ = true; }
   // Stops moving bytes from the server to the client once `bytes` have gone
-  // from the client to the server: the server's answers then wait in its own
-  // buffers, as for a client that does not read.
-  void FreezeAnswersAfter(uint64_t bytes) { answers_after_ = bytes; }
+  // that way: the rest waits in the server's buffers, as for a client that
+  // does not read. UINT64_MAX moves them again.
+  void LimitAnswers(uint64_t bytes) { answer_limit_ = bytes; }
 
  private:
   static sockaddr_in Loopback(int port) {
@@ -133,7 +133,7 @@ class FreezableRelay {
       for (size_t j = 0; j < open_.size() && !frozen_; ++j) {
         if (ended[j]) continue;
         // open_ holds (client, server) pairs: odd j read the server.
-        if (j % 2 == 1 && asked_ >= answers_after_) continue;
+        if (j % 2 == 1 && answered_ >= answer_limit_) continue;
         fds.push_back({open_[j], POLLIN, 0});
         which.push_back(j);
       }
@@ -170,7 +170,7 @@ class FreezableRelay {
           if (m <= 0) break;
           sent += m;
         }
-        if (j % 2 == 0) asked_ += n;
+        if (j % 2 == 1) answered_ += n;
       }
     }
   }
@@ -180,8 +180,8 @@ class FreezableRelay {
   int port_ = 0;
   std::vector<int> open_;
   std::atomic<bool> frozen_{false};
-  std::atomic<uint64_t> answers_after_{UINT64_MAX};
-  uint64_t asked_ = 0;  // Bytes from clients to the server.
+  std::atomic<uint64_t> answer_limit_{UINT64_MAX};
+  uint64_t answered_ = 0;  // Bytes from the server to clients.
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -538,12 +538,16 @@ TEST_F(ReliabilityTest, ASilentConnectionIsClosedByKeepalive) {
 
 // A unary reply the client does not read yet keeps its job, and so its
 // admission, until it is sent: the budget bounds the replies in flight too.
+// The call stays in flight until then, and a reply that never arrives is not
+// counted OK.
 TEST_F(ReliabilityTest, AnUnreadUnaryReplyKeepsItsAdmissionUntilSent) {
   auto server = Start({});
   ASSERT_NE(server, nullptr);
   FreezableRelay relay(server->port());
+  // Room for the connection's settings and the upload's window updates, not
+  // for the 32 MiB reply.
+  relay.LimitAnswers(1 * kMiB);
   constexpr uint64_t kBytes = 32 * kMiB;
-  relay.FreezeAnswersAfter(kBytes);
   ClientOptions options;
   options.target = relay.address();
   auto client = *Client::Create(options);
@@ -558,22 +562,38 @@ TEST_F(ReliabilityTest, AnUnreadUnaryReplyKeepsItsAdmissionUntilSent) {
     v1::TransposeResponse response;
     status = stub->Transpose(&context, request, &response);
   });
-  // The job has run and the reply is out of the service's hands...
-  EXPECT_EQ(AwaitGauge(*server,
-                       "transpose_requests_total{code=\"OK\","
-                       "method=\"Transpose\"}",
-                       1, absl::Seconds(30)),
-            1);
-  // ...but not sent: its bytes are still the job's, and counted.
+  // The job has run (its kernel read and wrote the matrix)...
+  EXPECT_EQ(AwaitGauge(
+                *server,
+                "transpose_kernel_bytes_total{backend=\"" +
+                    ServerProcess::BackendFromEnvironment() +
+                    (ServerProcess::BackendFromEnvironment() == "cuda" ? ":0\"}"
+                                                                       : "\"}"),
+                2.0 * kBytes, absl::Seconds(30)),
+            2.0 * kBytes);
+  // ...but its reply is not out: its bytes are still the job's, counted, and
+  // the call is in flight.
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(Gauge(*server, "transpose_admitted_bytes"), kBytes);
-  // Bytes of it already queued on the connection go out before the job can
-  // go: cancelling alone does not free it while the connection is stuck.
+  EXPECT_EQ(Gauge(*server, "transpose_inflight_requests"), 1);
+  EXPECT_EQ(Gauge(*server,
+                  "transpose_requests_total{code=\"OK\","
+                  "method=\"Transpose\"}"),
+            0);
+  // Bytes of it already queued on the connection must go before the job can:
+  // let them, once the client has given up.
   context.TryCancel();
   call.join();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
-  relay.FreezeAnswersAfter(UINT64_MAX);
-  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+  relay.LimitAnswers(UINT64_MAX);
+  constexpr absl::Duration kDrained = absl::Seconds(20);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0, kDrained), 0);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 0, kDrained), 0);
+  EXPECT_EQ(AwaitGauge(*server,
+                       "transpose_requests_total{code=\"CANCELLED\","
+                       "method=\"Transpose\"}",
+                       1, kDrained),
+            1);
 }
 
 // A client killed in the middle of a 1 GiB upload leaves nothing behind on the
