@@ -288,6 +288,9 @@ class CpuBackend::Job final : public TransposeJob {
     if (result.ok())
       backend_.metrics_.RecordKernel(*backend_.series_, stats_, bytes_);
     backend_.load_.fetch_sub(1, std::memory_order_relaxed);
+    // No band reads the input any more: its copy goes back now, not when the
+    // job goes (which waits for the reply to be sent).
+    input_.Reset();
     // Off the job first: `done` may destroy the job, and with it done_.
     JobDoneCallback done = std::move(done_);
     std::move(done)(std::move(result));
