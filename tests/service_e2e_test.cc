@@ -2,9 +2,11 @@
 // the real client library and by raw stubs for the malformed requests a
 // well-behaved client cannot send. The backend comes from
 // TRANSPOSE_TEST_BACKEND (cpu in CI; cuda on the GPU machine).
+#include <grpcpp/generic/generic_stub.h>
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -106,6 +108,37 @@ class ServiceTest : public ::testing::Test {
     while (stream->Read(&response)) {
     }
     return stream->Finish();
+  }
+
+  // Sends `bytes` as the one message of a call to `method`, as a client with
+  // no generated code could, and returns the call's status.
+  static grpc::Status RawUnary(const std::string& method,
+                               const std::string& bytes) {
+    grpc::GenericStub stub(client_->channel());
+    grpc::CompletionQueue queue;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    auto call = stub.PrepareCall(&context, method, &queue);
+    auto await = [&queue] {
+      void* tag;
+      bool ok = false;
+      return queue.Next(&tag, &ok) && ok;
+    };
+    call->StartCall(nullptr);
+    if (await()) {
+      grpc::Slice slice(bytes);
+      call->WriteLast(grpc::ByteBuffer(&slice, 1), grpc::WriteOptions(),
+                      nullptr);
+      await();
+      grpc::ByteBuffer response;
+      call->Read(&response, nullptr);
+      await();
+    }
+    grpc::Status status;
+    call->Finish(&status, nullptr);
+    await();
+    return status;
   }
 
   // A good request still works: a bad one disturbed nothing.
@@ -217,6 +250,13 @@ TEST_F(ServiceTest, BadUnaryRequestsAreInvalidArgument) {
     EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
     ExpectStillServing();
   }
+  // Bytes that are no TransposeRequest at all (a truncated field): gRPC's own
+  // deserialization would have answered UNIMPLEMENTED with no message.
+  const grpc::Status garbage =
+      RawUnary("/transpose.v1.TransposeService/Transpose", "\x1a\x7f\x01");
+  EXPECT_EQ(garbage.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_FALSE(garbage.error_message().empty());
+  ExpectStillServing();
 }
 
 TEST_F(ServiceTest, BadStreamsAreInvalidArgument) {
