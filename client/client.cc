@@ -51,6 +51,15 @@ absl::Duration Jittered(absl::Duration backoff) {
   return backoff * absl::Uniform(random, 0.5, 1.0);
 }
 
+// The last attempt's error, saying that it was not the first.
+absl::Status GaveUp(const absl::Status& last, int attempts,
+                    absl::string_view why) {
+  if (attempts == 1) return last;
+  return absl::Status(last.code(),
+                      absl::StrCat(last.message(), " (gave up after ", attempts,
+                                   " ", why, ")"));
+}
+
 }  // namespace
 
 Client::RetryAdvice Client::ReadRetryAdvice(
@@ -68,15 +77,6 @@ Client::RetryAdvice Client::ReadRetryAdvice(
     advice.pushback = absl::Milliseconds(ms);
   }
   return advice;
-}
-
-// The last attempt's error, saying that it was not the first.
-absl::Status GaveUp(const absl::Status& last, int attempts,
-                    absl::string_view why) {
-  if (attempts == 1) return last;
-  return absl::Status(last.code(),
-                      absl::StrCat(last.message(), " (gave up after ", attempts,
-                                   " ", why, ")"));
 }
 
 // Whether another attempt may go another way. UNAVAILABLE: the call did not
