@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -136,11 +137,20 @@ RequestPart PartOf(const v1::TransposeRequest& header,
 namespace {
 
 // Parses one received TransposeRequest into the assembler. The job may hold on
-// to the message's slices instead of copying them.
+// to the message's slices instead of copying them. gRPC's own size check
+// leaves room for the header fields on top of `max_data_bytes`, so the data's
+// limit is checked here, where the refusal is counted and logged like any
+// other.
 absl::Status AddMessage(const grpc::ByteBuffer& message,
-                        RequestAssembler& assembler) {
+                        uint64_t max_data_bytes, RequestAssembler& assembler) {
   wire::RequestView view;
   TRANSPOSE_RETURN_IF_ERROR(wire::Parse(message, view));
+  if (view.data_size() > max_data_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "a message with %d bytes of data exceeds the server's limit of %d "
+        "bytes per message",
+        view.data_size(), max_data_bytes));
+  }
   auto slices =
       std::make_shared<std::vector<grpc::Slice>>(std::move(view.slices));
   return assembler.Add(PartOf(view.header, view.data, std::move(slices)));
@@ -190,7 +200,8 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
       RequestAssembler assembler([&service](const TransposeSpec& spec) {
         return service.engine_.CreateJob(spec);
       });
-      status = AddMessage(request, assembler);
+      status =
+          AddMessage(request, service.options_.max_message_bytes, assembler);
       if (status.ok()) status = assembler.Finish();
       if (status.ok()) {
         spec_ = assembler.spec();
@@ -307,7 +318,8 @@ class TransposeService::StreamCall final
         }
         return;
       }
-      if (absl::Status status = AddMessage(request_, assembler_);
+      if (absl::Status status = AddMessage(
+              request_, service_.options_.max_message_bytes, assembler_);
           !status.ok()) {
         FinishLocked(status);
         return;

@@ -22,7 +22,9 @@
 namespace transpose {
 
 struct ServiceOptions {
-  // Largest unary message; the gRPC server enforces it on receipt.
+  // Most data in one request message (a unary matrix, or one stream chunk).
+  // The gRPC server refuses larger messages on receipt, with room for the
+  // header fields; the service checks the data itself.
   uint64_t max_message_bytes = uint64_t{64} << 20;
   // Data bytes per TransposeStream response message.
   uint64_t response_chunk_bytes = uint64_t{1} << 20;

@@ -334,6 +334,23 @@ TEST_F(ServiceTest, OverTheLimitsIsResourceExhausted) {
       Unary(WithData(Header(v1::DATA_TYPE_UINT8, 1024, 2048), 2 << 20));
   EXPECT_EQ(unary.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   ExpectStillServing();
+  // Data just past the limit fits in gRPC's room for the header fields; the
+  // service refuses it, in a unary call or a stream chunk alike. At the limit
+  // it passes.
+  EXPECT_TRUE(
+      Unary(WithData(Header(v1::DATA_TYPE_UINT8, 1024, 1024), kUnaryLimit))
+          .ok());
+  for (const grpc::Status& status :
+       {Unary(WithData(Header(v1::DATA_TYPE_UINT8, 1025, 1024),
+                       kUnaryLimit + 1024)),
+        Stream({WithData(Header(v1::DATA_TYPE_UINT8, 1025, 1024),
+                         kUnaryLimit + 1024)})}) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(absl::StrCat("limit of ", kUnaryLimit,
+                                       " bytes per message")));
+  }
+  ExpectStillServing();
   // A stream declaring more than --max_matrix_bytes: refused at the header,
   // before any data.
   grpc::Status stream = Stream({Header(v1::DATA_TYPE_FLOAT32, 8192, 4096)});
