@@ -85,10 +85,21 @@ class DeployTest(unittest.TestCase):
         for name, (text, docs) in self.rendered.items():
             kinds = {d["kind"] for d in docs}
             self.assertLessEqual({"Deployment", "Service", "ServiceMonitor", "PrometheusRule",
-                                  "HorizontalPodAutoscaler", "ConfigMap"}, kinds, name)
+                                  "HorizontalPodAutoscaler", "ConfigMap", "PodDisruptionBudget"},
+                                 kinds, name)
             lint = subprocess.run(["yamllint", "-d", "{extends: relaxed, rules: {line-length: disable}}",
                                    "-"], input=text, capture_output=True, text=True)
             self.assertEqual(lint.returncode, 0, name + ": " + lint.stdout)
+
+    def test_disruption_budget_guards_exactly_the_servers_pods(self):
+        for name, (_, docs) in self.rendered.items():
+            budgets = [d for d in docs if d and d["kind"] == "PodDisruptionBudget"]
+            self.assertEqual(len(budgets), 1, name)
+            deployment = next(d for d in docs if d and d["kind"] == "Deployment")
+            self.assertEqual(budgets[0]["spec"]["selector"], deployment["spec"]["selector"], name)
+            # One pod at a time, and never a budget that forbids draining a lone pod.
+            self.assertEqual(budgets[0]["spec"].get("maxUnavailable"), 1, name)
+            self.assertNotIn("minAvailable", budgets[0]["spec"], name)
 
     def test_prometheusrule_is_the_repository_rules_and_promtool_accepts_it(self):
         with open(os.path.join(ARGS.repo, "deploy/prometheus/rules/transpose.rules.yml")) as f:
