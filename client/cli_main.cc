@@ -136,6 +136,11 @@ std::string CommonFlagsError() {
       attempts.has_value() && *attempts < 1) {
     return absl::StrCat("--attempts=", *attempts, ": expected 1 or more");
   }
+  if (const absl::Status target = CheckTargetPorts(absl::GetFlag(FLAGS_server));
+      !target.ok()) {
+    return absl::StrCat("--server=", absl::GetFlag(FLAGS_server), ": ",
+                        target.message());
+  }
   const std::string cert = absl::GetFlag(FLAGS_tls_cert);
   const std::string key = absl::GetFlag(FLAGS_tls_key);
   if (cert.empty() != key.empty()) {

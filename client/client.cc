@@ -12,9 +12,12 @@
 
 #include "absl/random/random.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "proto/convert.h"
 #include "proto/wire.h"
 #include "server/core/notification.h"
@@ -97,10 +100,34 @@ bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
   }
 }
 
+absl::Status CheckTargetPorts(absl::string_view target) {
+  if (absl::StartsWith(target, "unix:") ||
+      absl::StartsWith(target, "unix-abstract:") ||
+      absl::StartsWith(target, "vsock:")) {
+    return absl::OkStatus();
+  }
+  // "ipv4:" and "ipv6:" targets list addresses separated by commas.
+  for (absl::string_view address : absl::StrSplit(target, ',')) {
+    const size_t colon = address.rfind(':');
+    if (colon == absl::string_view::npos) continue;
+    const absl::string_view port = address.substr(colon + 1);
+    if (port.empty() ||
+        !std::all_of(port.begin(), port.end(), absl::ascii_isdigit)) {
+      continue;  // Not a port: "[::1]", a name with a scheme, ...
+    }
+    if (port.size() > 5 || std::stoi(std::string(port)) > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("target ", target, ": port ", port, " is past 65535"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     const ClientOptions& options) {
   if (options.target.empty())
     return absl::InvalidArgumentError("no server target given");
+  TRANSPOSE_RETURN_IF_ERROR(CheckTargetPorts(options.target));
   if (options.chunk_bytes == 0)
     return absl::InvalidArgumentError("chunk_bytes is 0");
   grpc::ChannelArguments args;

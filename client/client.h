@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/transpose_args.h"
@@ -21,6 +23,11 @@
 #include "transpose/v1/transpose.grpc.pb.h"
 
 namespace transpose {
+
+// Checks the ports a gRPC target names: INVALID_ARGUMENT for a port past
+// 65535, which gRPC would quietly take modulo 65536 (":107951" reaching port
+// 42415). Targets without ports, and unix: and vsock: targets, pass.
+absl::Status CheckTargetPorts(absl::string_view target);
 
 struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",

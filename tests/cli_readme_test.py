@@ -198,6 +198,9 @@ class CliReadmeTest(unittest.TestCase):
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.bin')}",
               "--dtype=float32", "--rows=0", "--cols=4"], "--rows=0"),
             (["bench", "--shape=0x5"], "--shape=0x5"),
+            # gRPC would take the port modulo 65536 and reach another server.
+            ([f"--server=127.0.0.1:{int(self.target.rsplit(':', 1)[1]) + 65536}", "health"],
+             "is past 65535"),
         ]
         for args, message in cases:
             result = self.cli(*args, check=False)
@@ -217,6 +220,20 @@ class CliReadmeTest(unittest.TestCase):
         result = self.cli("--token_file=" + self.path("token"), "health")
         self.assertIn("plaintext", result.stderr)
         self.assertNotIn("plaintext", self.cli("health").stderr)
+
+    def test_out_dev_stdout_writes_to_stdout_as_the_shell_opened_it(self):
+        a = random_array(np.int16, (33, 17), np.random.default_rng(7))
+        np.save(self.path("s.npy"), a)
+        with open(self.path("log"), "wb") as f:
+            f.write(b"before\n")
+        # `transpose ... --out /dev/stdout >> log`: appended, not the file replaced.
+        with open(self.path("log"), "ab") as log:
+            result = subprocess.run([ARGS.cli, f"--server={self.target}", "transpose",
+                                     f"--in={self.path('s.npy')}", "--out=/dev/stdout"],
+                                    stdout=log, stderr=subprocess.PIPE, timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(self.path("log"), "rb") as f:
+            self.assertEqual(f.read(), b"before\n" + np.ascontiguousarray(a.T).tobytes())
 
     def test_an_upper_case_npy_suffix_still_writes_npy(self):
         a = random_array(np.int32, (5, 7), np.random.default_rng(5))

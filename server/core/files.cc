@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -105,6 +106,21 @@ class ListedTemporary {
   TemporarySlot* slot_ = nullptr;
 };
 
+// The descriptor `path` names, for the paths that name one of the process's
+// own (reopening /dev/stdout through its link would start the file over, or
+// replace it); -1 for any other path.
+int DescriptorNamedBy(absl::string_view path) {
+  if (path == "/dev/stdout") return STDOUT_FILENO;
+  if (path == "/dev/stderr") return STDERR_FILENO;
+  if (!absl::ConsumePrefix(&path, "/dev/fd/") &&
+      !absl::ConsumePrefix(&path, "/proc/self/fd/")) {
+    return -1;
+  }
+  int descriptor = -1;
+  if (!absl::SimpleAtoi(path, &descriptor) || descriptor < 0) return -1;
+  return descriptor;
+}
+
 std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -151,8 +167,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::StatusOr<FileWriter> FileWriter::Create(const std::string& path) {
-  std::string target = path;
   struct stat info;
+  if (const int descriptor = DescriptorNamedBy(path); descriptor >= 0) {
+    const int flags = ::fcntl(descriptor, F_GETFL);
+    if (flags < 0) return ErrnoError("cannot write", path);
+    if ((flags & O_ACCMODE) == O_RDONLY) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write ", path, ": it is open for reading only"));
+    }
+    return FileWriter(path, /*in_place=*/true, descriptor);
+  }
+  std::string target = path;
   if (::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode)) {
     // Write what the link points to, and keep the link.
     char resolved[PATH_MAX];
@@ -183,6 +208,7 @@ absl::StatusOr<FileWriter> FileWriter::Create(const std::string& path) {
 
 absl::Status FileWriter::Commit(
     absl::Span<const absl::string_view> parts) const {
+  if (descriptor_ >= 0) return WriteParts(descriptor_, path_, parts);
   if (in_place_) {
     const int fd =
         ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -214,7 +240,7 @@ absl::Status FileWriter::Commit(
 }
 
 void RemoveTemporaryFilesOnSignal() {
-  for (int signal : {SIGHUP, SIGINT, SIGTERM}) {
+  for (int signal : {SIGHUP, SIGINT, SIGQUIT, SIGTERM}) {
     struct sigaction current {};
     // A signal the program ignores, or handles itself, stays as it is.
     if (::sigaction(signal, nullptr, &current) != 0 ||

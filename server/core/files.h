@@ -21,9 +21,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // Writes a file whole or not at all. A regular file (new, or replacing one, or
 // what a symbolic link points to) is written to a temporary file beside it,
 // flushed to disk and renamed over it, keeping the old file's permissions; a
-// failed write leaves the old file as it was. Anything else (a pipe,
-// /dev/stdout) is written in place, as is a file whose directory cannot be
-// written. See RemoveTemporaryFilesOnSignal for a write cut short by a signal.
+// failed write leaves the old file as it was. Anything else (a pipe, a
+// device) is written in place, as is a file whose directory cannot be
+// written. A path that names one of the process's open descriptors
+// (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N) is written through
+// that descriptor, as the shell opened it: `>> log` appends, and what the
+// program wrote there before stays. See RemoveTemporaryFilesOnSignal for a
+// write cut short by a signal.
 class FileWriter {
  public:
   // Checks that `path` can be written, and touches nothing: check before the
@@ -34,15 +38,16 @@ class FileWriter {
   absl::Status Commit(absl::Span<const absl::string_view> parts) const;
 
  private:
-  FileWriter(std::string path, bool in_place)
-      : path_(std::move(path)), in_place_(in_place) {}
+  FileWriter(std::string path, bool in_place, int descriptor = -1)
+      : path_(std::move(path)), in_place_(in_place), descriptor_(descriptor) {}
 
   std::string path_;  // Symbolic links resolved, when written through one.
   bool in_place_;
+  int descriptor_;  // The open descriptor the path names, or -1.
 };
 
-// For programs (call it from main): SIGHUP, SIGINT or SIGTERM, where the
-// program leaves them at their default action, first removes the temporary
+// For programs (call it from main): SIGHUP, SIGINT, SIGQUIT or SIGTERM, where
+// the program leaves them at their default action, first removes the temporary
 // files of commits under way, then ends the process as before. Without it,
 // Ctrl-C during a large write leaves a "NAME.partial-XXXXXX" file behind.
 void RemoveTemporaryFilesOnSignal();

@@ -1,6 +1,7 @@
 #include "server/core/files.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -183,6 +184,37 @@ TEST_F(FilesTest, APipeIsWrittenInPlace) {
   EXPECT_EQ(read(fds[0], buffer, sizeof(buffer)), 9);
   EXPECT_STREQ(buffer, "to a pipe");
   close(fds[0]);
+}
+
+// `transpose ... --out /dev/stdout >> log`: the descriptor is written as the
+// shell opened it. Reopened through its link, the file would be started over
+// (or, written beside and renamed, replaced), losing what was there.
+TEST_F(FilesTest, ADescriptorPathIsWrittenThroughTheDescriptor) {
+  ASSERT_TRUE(WriteFile(Path("log"), {"before\n"}).ok());
+  struct stat before;
+  ASSERT_EQ(stat(Path("log").c_str(), &before), 0);
+  const int fd = open(Path("log").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(WriteFile(absl::StrCat("/dev/fd/", fd), {"one\n"}).ok());
+  ASSERT_TRUE(
+      WriteFile(absl::StrCat("/proc/self/fd/", fd), {"two", "\n"}).ok());
+  ASSERT_EQ(write(fd, "after\n", 6), 6);  // Still open, where it was.
+  close(fd);
+  EXPECT_EQ(ReadFile(Path("log")).value(), "before\none\ntwo\nafter\n");
+  struct stat after;
+  ASSERT_EQ(stat(Path("log").c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(Listing(), "log\n");
+
+  const int reading = open(Path("log").c_str(), O_RDONLY);
+  ASSERT_GE(reading, 0);
+  absl::StatusOr<FileWriter> read_only =
+      FileWriter::Create(absl::StrCat("/dev/fd/", reading));
+  EXPECT_EQ(read_only.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(read_only.status().message(), HasSubstr("reading only"));
+  close(reading);
+  // Closed now.
+  EXPECT_FALSE(FileWriter::Create(absl::StrCat("/dev/fd/", reading)).ok());
 }
 
 }  // namespace
