@@ -1,7 +1,5 @@
 #include "client/bench.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "kernels/cpu_transpose.h"
+#include "server/core/process.h"
 #include "server/core/status_macros.h"
 
 namespace transpose {
@@ -61,12 +60,9 @@ absl::Status CheckBenchFits(Client& client, const BenchOptions& options) {
         DataTypeName(options.dtype), ShapeToString(options.shape), bytes,
         info.limits().max_matrix_bytes()));
   }
-  // Allocation alone would not fail: Linux lends memory it does not have,
-  // and filling the buffers would get the process killed instead.
   const uint64_t buffers =
       1 + (options.verify ? 1 : 0) + static_cast<uint64_t>(options.concurrency);
-  const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                          static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t memory = PhysicalMemoryBytes();
   if (bytes > memory / buffers) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%d buffers of %d bytes (the input, %sone result per request in "

@@ -4,6 +4,8 @@
 //   transpose transpose --in A.bin --rows R --cols C --dtype float32 --out
 //   B.bin transpose info | health | bench --concurrency 8 --duration 10s
 //   --shape 1024x1024
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -210,6 +212,35 @@ std::string StatsLine(const TransposeStats& stats) {
       stats.copy_out_seconds * 1e3, stats.total_seconds * 1e3);
 }
 
+// Before a large input file is read whole (it and the result are both held
+// in memory): one the server would refuse, or this machine cannot hold twice,
+// fails at once. Pipes are read as they come; a server that does not answer
+// here is left to the transpose call, which retries.
+absl::Status CheckInputFits(const std::string& in_path, Client& client) {
+  constexpr uint64_t kCheckAbove = 64 << 20;
+  constexpr uint64_t kNpyHeaderRoom = 1 << 20;
+  struct stat file;
+  if (::stat(in_path.c_str(), &file) != 0 || !S_ISREG(file.st_mode) ||
+      static_cast<uint64_t>(file.st_size) <= kCheckAbove) {
+    return absl::OkStatus();
+  }
+  const uint64_t size = file.st_size;
+  if (size > PhysicalMemoryBytes() / 2) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s is %d bytes; with its result that is more than this machine's "
+        "%d bytes of memory",
+        in_path, size, PhysicalMemoryBytes()));
+  }
+  absl::StatusOr<v1::ServerInfo> info =
+      client.GetServerInfo(Deadline(/*quick_call=*/true));
+  if (info.ok() && size > info->limits().max_matrix_bytes() + kNpyHeaderRoom) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is %d bytes; the server takes matrices up to %d bytes", in_path,
+        size, info->limits().max_matrix_bytes()));
+  }
+  return absl::OkStatus();
+}
+
 int RunTranspose() {
   const std::string in_path = absl::GetFlag(FLAGS_in);
   const std::string out_path = absl::GetFlag(FLAGS_out);
@@ -228,6 +259,13 @@ int RunTranspose() {
     return Usage(absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm),
                               " is unknown"));
 
+  // Before the input is read, so that an unwritable --out fails at once.
+  absl::StatusOr<FileWriter> output = FileWriter::Create(out_path);
+  if (!output.ok()) return Fail(output.status());
+  absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
+  if (!client.ok()) return Fail(client.status());
+  if (absl::Status fits = CheckInputFits(in_path, **client); !fits.ok())
+    return Fail(fits);
   absl::StatusOr<std::string> contents = ReadFile(in_path);
   if (!contents.ok()) return Fail(contents.status());
   MatrixView input;
@@ -287,12 +325,6 @@ int RunTranspose() {
         reinterpret_cast<const uint8_t*>(contents->data()), contents->size());
   }
 
-  // Before the round trip, so that an unwritable --out fails at once.
-  absl::StatusOr<FileWriter> output = FileWriter::Create(out_path);
-  if (!output.ok()) return Fail(output.status());
-
-  absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
-  if (!client.ok()) return Fail(client.status());
   ProgressBar bar(absl::GetFlag(FLAGS_progress) &&
                   ProgressBar::StderrIsTerminal());
   CallOptions call;

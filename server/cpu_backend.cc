@@ -1,7 +1,5 @@
 #include "server/cpu_backend.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -17,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kernels/cpu_transpose.h"
+#include "server/core/process.h"
 #include "server/core/status_macros.h"
 
 namespace transpose {
@@ -324,8 +323,7 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options, Metrics& metrics)
   info_.name = "cpu";
   info_.device_name = CpuModelName();
   // The host's memory, as a GPU backend reports its device's.
-  info_.total_memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                             static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  info_.total_memory_bytes = PhysicalMemoryBytes();
   info_.copy_bandwidth_bytes_per_second = CalibrateCopyBandwidth(
       options.calibration_bytes, kernels::CpuThreads(options.threads_per_job));
   info_.streams = workers_.threads();

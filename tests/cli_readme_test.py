@@ -247,6 +247,21 @@ class CliReadmeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn("the server takes matrices up to", result.stderr)
 
+    def test_an_input_over_the_server_limit_is_refused_before_it_is_read(self):
+        # Sparse: 4 GiB + 2 MiB of holes, over the server's 4 GiB limit with room for a header.
+        huge = self.path("huge.bin")
+        with open(huge, "wb") as f:
+            f.truncate((4 << 30) + (2 << 20))
+        try:
+            result = self.cli("transpose", f"--in={huge}", f"--out={self.path('huge.T')}",
+                              "--dtype=uint8", "--rows=65536", "--cols=65568", check=False)
+        finally:
+            os.unlink(huge)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        # The CLI's own check, not the server's refusal of an upload already read.
+        self.assertIn("the server takes matrices up to 4294967296 bytes", result.stderr)
+        self.assertFalse(os.path.exists(self.path("huge.T")))
+
     def test_bench_says_when_no_request_succeeded(self):
         if "naive" in self.cli("info").stdout:
             self.skipTest("the server has the classic kernels (a GPU backend)")

@@ -4,6 +4,8 @@
 #ifndef TRANSPOSE_SERVER_CORE_PROCESS_H_
 #define TRANSPOSE_SERVER_CORE_PROCESS_H_
 
+#include <cstdint>
+
 namespace transpose {
 
 // Call first thing in main, in programs (not libraries):
@@ -13,6 +15,11 @@ namespace transpose {
 //   callers of 64x64 transposes on the 2-core machine, the detector's graph
 //   bookkeeping was 6% of the server's CPU.
 void SetUpProcess();
+
+// The machine's physical memory. Allocations alone do not find its end (Linux
+// lends memory it does not have, and filling it gets the process killed), so
+// whatever means to hold large buffers checks against this first.
+uint64_t PhysicalMemoryBytes();
 
 }  // namespace transpose
 
