@@ -16,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -388,15 +389,24 @@ int RunInfo() {
 
 int RunHealth() {
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
+  if (!client.ok()) {
+    Fail(client.status());
+    return kHealthUnknown;
+  }
+  const std::string service = absl::GetFlag(FLAGS_service);
   absl::StatusOr<bool> serving =
-      client.ok() ? (*client)->CheckHealth(absl::GetFlag(FLAGS_service),
-                                           Deadline(/*quick_call=*/true))
-                  : client.status();
+      (*client)->CheckHealth(service, Deadline(/*quick_call=*/true));
+  // The server answered, for a service it does not serve: not serving it,
+  // as a Kubernetes gRPC probe would take it.
+  if (absl::IsNotFound(serving.status())) {
+    std::printf("NOT_SERVING (%s: the server has no such service)\n",
+                service.c_str());
+    return 1;
+  }
   if (!serving.ok()) {
     Fail(serving.status());
     return kHealthUnknown;
   }
-  const std::string service = absl::GetFlag(FLAGS_service);
   std::printf("%s%s\n", *serving ? "SERVING" : "NOT_SERVING",
               service.empty() ? "" : absl::StrCat(" (", service, ")").c_str());
   return *serving ? 0 : 1;

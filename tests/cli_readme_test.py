@@ -149,6 +149,12 @@ class CliReadmeTest(unittest.TestCase):
         self.assertIn("backend ", info)
         self.assertIn("unary message 1.0 MiB", info)
         self.assertEqual(self.cli("health").stdout.strip(), "SERVING")
+        self.assertEqual(self.cli("health", "--service=transpose.v1.TransposeService").stdout
+                         .strip(), "SERVING (transpose.v1.TransposeService)")
+        # An answer, not a lost server: 1, naming the service.
+        unknown = self.cli("health", "--service=nope", check=False)
+        self.assertEqual(unknown.returncode, 1, unknown.stderr)
+        self.assertIn("nope: the server has no such service", unknown.stdout)
         bench = self.cli("bench", "--count=40", "--concurrency=4", "--shape=2x64x96",
                          "--dtype=uint16", "--verify").stdout
         self.assertIn("40 ok, 0 errors", bench)
