@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -151,6 +153,47 @@ std::string CommonFlagsError() {
                                        ": expected --tls_cert with it")
                         : absl::StrCat("--tls_cert=", cert,
                                        ": expected --tls_key with it");
+  }
+  return "";
+}
+
+// A flag given to a command that does not use it (a typo'd command, or a
+// flag meant for another) is a mistake, not something to ignore.
+std::string FlagForAnotherCommand(absl::string_view command) {
+  struct Owner {
+    const absl::CommandLineFlag& flag;
+    std::vector<absl::string_view> commands;
+  };
+  const std::vector<absl::string_view> transpose = {"transpose"};
+  const std::vector<absl::string_view> bench = {"bench"};
+  const std::vector<absl::string_view> both = {"transpose", "bench"};
+  const Owner owners[] = {
+      {absl::GetFlagReflectionHandle(FLAGS_in), transpose},
+      {absl::GetFlagReflectionHandle(FLAGS_out), transpose},
+      {absl::GetFlagReflectionHandle(FLAGS_rows), transpose},
+      {absl::GetFlagReflectionHandle(FLAGS_cols), transpose},
+      {absl::GetFlagReflectionHandle(FLAGS_batch), transpose},
+      {absl::GetFlagReflectionHandle(FLAGS_progress), transpose},
+      {absl::GetFlagReflectionHandle(FLAGS_dtype), both},
+      {absl::GetFlagReflectionHandle(FLAGS_algorithm), both},
+      {absl::GetFlagReflectionHandle(FLAGS_stream), both},
+      {absl::GetFlagReflectionHandle(FLAGS_service), {"health"}},
+      {absl::GetFlagReflectionHandle(FLAGS_concurrency), bench},
+      {absl::GetFlagReflectionHandle(FLAGS_duration), bench},
+      {absl::GetFlagReflectionHandle(FLAGS_count), bench},
+      {absl::GetFlagReflectionHandle(FLAGS_shape), bench},
+      {absl::GetFlagReflectionHandle(FLAGS_metrics_url), bench},
+      {absl::GetFlagReflectionHandle(FLAGS_verify), bench},
+  };
+  for (const Owner& owner : owners) {
+    // Set to anything but its default (this Abseil keeps "given on the
+    // command line" private; a default given explicitly changes nothing).
+    if (owner.flag.CurrentValue() != owner.flag.DefaultValue() &&
+        !absl::c_linear_search(owner.commands, command)) {
+      return absl::StrCat("--", owner.flag.Name(), " is for ",
+                          absl::StrJoin(owner.commands, " and "), ", not ",
+                          command);
+    }
   }
   return "";
 }
@@ -519,6 +562,11 @@ int main(int argc, char** argv) {
     return transpose::Usage(error);
   }
   const std::string command = positional[1];
+  if (const std::string error = transpose::FlagForAnotherCommand(command);
+      !error.empty() && (command == "transpose" || command == "info" ||
+                         command == "health" || command == "bench")) {
+    return transpose::Usage(error);
+  }
   if (command == "transpose") return transpose::RunTranspose();
   if (command == "info") return transpose::RunInfo();
   if (command == "health") return transpose::RunHealth();

@@ -204,6 +204,10 @@ class CliReadmeTest(unittest.TestCase):
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.bin')}",
               "--dtype=float32", "--rows=0", "--cols=4"], "--rows=0"),
             (["bench", "--shape=0x5"], "--shape=0x5"),
+            # A flag for another command: a typo'd command, or a mistaken flag.
+            (["health", "--count=5"], "--count is for bench, not health"),
+            (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
+              "--shape=3x4"], "--shape is for bench, not transpose"),
             # gRPC would take the port modulo 65536 and reach another server.
             ([f"--server=127.0.0.1:{int(self.target.rsplit(':', 1)[1]) + 65536}", "health"],
              "is past 65535"),
