@@ -444,6 +444,20 @@ int Run() {
                  "Requests admitted and not yet finished (against "
                  "--max_inflight_requests).",
                  [&engine] { return engine.inflight_requests(); });
+  // The limits beside them, so that dashboards and alerts can tell a pod at
+  // its limits from a busy one (0: no limit).
+  admission->Add(
+      "transpose_admission_limit_bytes",
+      "--max_inflight_bytes: bytes of matrices admitted at once (0: no limit).",
+      [limit = engine_options.max_inflight_bytes] {
+        return static_cast<double>(limit);
+      });
+  admission->Add(
+      "transpose_admission_limit_requests",
+      "--max_inflight_requests: requests admitted at once (0: no limit).",
+      [limit = engine_options.max_inflight_requests] {
+        return static_cast<double>(limit);
+      });
   if (exposer != nullptr) exposer->RegisterCollectable(admission);
   // GPU utilisation and memory from the driver, where it has NVML.
   std::vector<NvmlCollector::Device> gpus;

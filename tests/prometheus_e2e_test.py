@@ -70,6 +70,8 @@ def wait_for(predicate, timeout, what):
 
 class ObservabilityTest(unittest.TestCase):
     PODS = ("pod-a", "pod-b")
+    LIMIT_BYTES = 6 << 30
+    LIMIT_REQUESTS = 100
 
     @classmethod
     def setUpClass(cls):
@@ -77,7 +79,9 @@ class ObservabilityTest(unittest.TestCase):
         cls.server_log = open(os.path.join(cls.tmp.name, "server.log"), "w+")
         cls.server = subprocess.Popen(
             [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0",
-             "--metrics_address=127.0.0.1:0", "--log_level=warning"],
+             "--metrics_address=127.0.0.1:0", "--log_level=warning",
+             f"--max_inflight_bytes={cls.LIMIT_BYTES}",
+             f"--max_inflight_requests={cls.LIMIT_REQUESTS}"],
             stdout=subprocess.PIPE, stderr=cls.server_log, text=True)
         ports = {}
         while len(ports) < 2:
@@ -160,6 +164,9 @@ class ObservabilityTest(unittest.TestCase):
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
         for name, kind in CONTRACT.items():
             self.assertIn(f"# TYPE {name} {kind}\n", text)
+        # Beside the admission gauges, the limits they count against: the server's flags.
+        self.assertIn(f"\ntranspose_admission_limit_bytes {self.LIMIT_BYTES}\n", text)
+        self.assertIn(f"\ntranspose_admission_limit_requests {self.LIMIT_REQUESTS}\n", text)
         # No request-derived values in labels: every label value comes from a small fixed set.
         for line in text.splitlines():
             if line.startswith("transpose_") and "{" in line:
