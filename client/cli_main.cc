@@ -224,6 +224,13 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
           contents.status().code(),
           absl::StrCat("--", file.flag, ": ", contents.status().message()));
     }
+    // gRPC would take anything and fail later with "empty address list".
+    if (file.contents != &options.bearer_token &&
+        !absl::StrContains(*contents, "-----BEGIN ")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", file.flag, ": ", file.path,
+                       " is not PEM (no -----BEGIN line)"));
+    }
     *file.contents = *std::move(contents);
   }
   options.bearer_token =

@@ -220,6 +220,9 @@ class CliReadmeTest(unittest.TestCase):
         # Shape flags that agree with the file are fine.
         self.cli("transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
                  "--rows=3", "--cols=4", "--batch=1")
+        result = self.cli(f"--tls_ca={self.path('m.npy')}", "health", check=False)
+        self.assertEqual(result.returncode, 3)
+        self.assertIn(f"--tls_ca: {self.path('m.npy')} is not PEM", result.stderr)
         result = self.cli("--token_file=" + self.path("missing"), "health", check=False)
         self.assertEqual(result.returncode, 3)
         self.assertIn("--token_file: cannot open", result.stderr)
