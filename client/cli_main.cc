@@ -376,6 +376,34 @@ int RunTranspose() {
         reinterpret_cast<const uint8_t*>(contents->data()), contents->size());
   }
 
+  // The result, as a .npy file when --out says so.
+  const auto write = [&](const MatrixShape& shape,
+                         absl::Span<const uint8_t> data,
+                         const std::string& how) {
+    const std::string npy_header =
+        absl::EndsWithIgnoreCase(out_path, ".npy")
+            ? FormatNpyHeader(input.dtype, shape, batched)
+            : "";
+    const absl::string_view parts[] = {
+        npy_header,
+        absl::string_view(reinterpret_cast<const char*>(data.data()),
+                          data.size())};
+    if (absl::Status written = output->Commit(parts); !written.ok())
+      return Fail(written);
+    std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n",
+                 std::string(DataTypeName(input.dtype)).c_str(),
+                 ShapeToString(input.shape).c_str(),
+                 ShapeToString(shape).c_str(), out_path.c_str(), how.c_str());
+    return 0;
+  };
+  // NumPy transposes empty arrays too; the service takes none, and none is
+  // needed.
+  if (input.shape.batch == 0 || input.shape.rows == 0 ||
+      input.shape.cols == 0) {
+    return write(input.shape.Transposed(), {},
+                 "empty: no data, no call to the server");
+  }
+
   ProgressBar bar(absl::GetFlag(FLAGS_progress) &&
                   ProgressBar::StderrIsTerminal());
   CallOptions call;
@@ -385,23 +413,7 @@ int RunTranspose() {
   absl::StatusOr<TransposeResult> result = (*client)->Transpose(input, call);
   bar.Done();
   if (!result.ok()) return Fail(result.status());
-
-  const std::string npy_header =
-      absl::EndsWithIgnoreCase(out_path, ".npy")
-          ? FormatNpyHeader(result->dtype, result->shape, batched)
-          : "";
-  const absl::string_view parts[] = {
-      npy_header,
-      absl::string_view(reinterpret_cast<const char*>(result->data.data()),
-                        result->data.size())};
-  if (absl::Status written = output->Commit(parts); !written.ok())
-    return Fail(written);
-  std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n",
-               std::string(DataTypeName(input.dtype)).c_str(),
-               ShapeToString(input.shape).c_str(),
-               ShapeToString(result->shape).c_str(), out_path.c_str(),
-               StatsLine(result->stats).c_str());
-  return 0;
+  return write(result->shape, result->data, StatsLine(result->stats));
 }
 
 int RunInfo() {

@@ -174,8 +174,14 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(
     }
     header.dtype = *dtype_override;
   }
-  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
-                             MatrixBytes(header.dtype, header.shape));
+  // An array with a zero dimension is a valid file with no data: the caller
+  // decides what to do with it (the service takes no empty matrices).
+  const bool empty = header.shape.batch == 0 || header.shape.rows == 0 ||
+                     header.shape.cols == 0;
+  uint64_t bytes = 0;
+  if (!empty) {
+    TRANSPOSE_ASSIGN_OR_RETURN(bytes, MatrixBytes(header.dtype, header.shape));
+  }
   if (file.size() - header.data_offset != bytes) {
     return Invalid(
         absl::StrFormat("header declares %d data bytes, the file holds %d",

@@ -30,8 +30,9 @@ absl::string_view NpyDescr(DataType dtype);
 // Parses the header of a whole .npy file and checks the data size against it.
 // INVALID_ARGUMENT names what is wrong: bad magic, a header that does not
 // parse, Fortran order, big-endian or unsupported dtypes, other than 2 or 3
-// dimensions, or a data size that does not match. `dtype_override` reinterprets
-// the elements as another type of the same size.
+// dimensions, or a data size that does not match. An array with a zero
+// dimension parses, with no data. `dtype_override` reinterprets the elements
+// as another type of the same size.
 absl::StatusOr<NpyHeader> ParseNpyHeader(
     absl::string_view file,
     std::optional<DataType> dtype_override = std::nullopt);

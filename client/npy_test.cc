@@ -66,6 +66,19 @@ TEST(NpyTest, ReadsWhatNumpyWrites) {
       DataType::kBFloat16);
 }
 
+// NumPy writes empty arrays; they parse, with no data.
+TEST(NpyTest, ReadsEmptyArrays) {
+  absl::StatusOr<NpyHeader> header = ParseNpyHeader(
+      File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 0), }", 0));
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->shape, (MatrixShape{1, 3, 0}));
+  header = ParseNpyHeader(File(
+      "{'descr': '<i2', 'fortran_order': False, 'shape': (0, 4, 5), }", 0));
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->shape, (MatrixShape{0, 4, 5}));
+  EXPECT_TRUE(header->batched);
+}
+
 TEST(NpyTest, OverrideReinterpretsSameSizedElements) {
   const std::string file =
       File("{'descr': '<u2', 'fortran_order': False, 'shape': (2, 2), }", 8);
@@ -98,8 +111,8 @@ TEST(NpyTest, RejectsWhatItCannotTranspose) {
        "1 dimensions"},
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 47),
        "holds 47"},
-      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 0), }", 0),
-       "zero"},
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 0), }", 4),
+       "declares 0 data bytes, the file holds 4"},
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, x), }", 0),
        "does not parse"},
       {File("{'fortran_order': False, 'shape': (3, 4), }", 48), "no descr"},

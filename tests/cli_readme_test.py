@@ -234,6 +234,16 @@ class CliReadmeTest(unittest.TestCase):
         self.assertIn("plaintext", result.stderr)
         self.assertNotIn("plaintext", self.cli("health").stderr)
 
+    def test_empty_arrays_transpose_as_numpy_does(self):
+        for shape in ((0, 5), (5, 0), (0, 0), (0, 4, 5), (2, 0, 3)):
+            a = np.zeros(shape, np.float32)
+            np.save(self.path("e.npy"), a)
+            result = self.cli("transpose", f"--in={self.path('e.npy')}",
+                              f"--out={self.path('e_t.npy')}")
+            self.assertIn("no call to the server", result.stderr)
+            expected = np.ascontiguousarray(np.swapaxes(a, -1, -2))
+            self.assertTrue(same(np.load(self.path("e_t.npy")), expected), shape)
+
     def test_out_dev_stdout_writes_to_stdout_as_the_shell_opened_it(self):
         a = random_array(np.int16, (33, 17), np.random.default_rng(7))
         np.save(self.path("s.npy"), a)
