@@ -1,6 +1,7 @@
 #include "server/core/files.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -23,12 +26,18 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
 }
 
-// Writes all of `data`, through short writes and signals.
+// Writes all of `data`, through short writes and signals, and waits on a
+// non-blocking descriptor (a stdout its parent left so) that is full.
 bool WriteAll(int fd, absl::string_view data) {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        struct pollfd writable = {fd, POLLOUT, 0};
+        if (::poll(&writable, 1, -1) < 0 && errno != EINTR) return false;
+        continue;
+      }
       return false;
     }
     data.remove_prefix(static_cast<size_t>(n));
@@ -117,7 +126,10 @@ int DescriptorNamedBy(absl::string_view path) {
     return -1;
   }
   int descriptor = -1;
-  if (!absl::SimpleAtoi(path, &descriptor) || descriptor < 0) return -1;
+  if (path.empty() || !absl::c_all_of(path, absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(path, &descriptor)) {
+    return -1;
+  }
   return descriptor;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -215,6 +216,31 @@ TEST_F(FilesTest, ADescriptorPathIsWrittenThroughTheDescriptor) {
   close(reading);
   // Closed now.
   EXPECT_FALSE(FileWriter::Create(absl::StrCat("/dev/fd/", reading)).ok());
+}
+
+// A parent may hand its child a non-blocking stdout: a full pipe is waited
+// for, not a write cut short with EAGAIN.
+TEST_F(FilesTest, ANonBlockingDescriptorIsWrittenWhole) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK), 0);
+  const std::string data(4 << 20, 'x');  // Far more than a pipe holds.
+  std::string read_back;
+  std::thread reader([&] {
+    char buffer[1 << 16];
+    ssize_t n;
+    while ((n = read(fds[0], buffer, sizeof(buffer))) > 0) {
+      read_back.append(buffer, n);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  const absl::Status written =
+      WriteFile(absl::StrCat("/dev/fd/", fds[1]), {data});
+  close(fds[1]);
+  reader.join();
+  close(fds[0]);
+  EXPECT_TRUE(written.ok()) << written;
+  EXPECT_EQ(read_back.size(), data.size());
 }
 
 }  // namespace
