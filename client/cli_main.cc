@@ -276,18 +276,18 @@ absl::Status CheckInputFits(const std::string& in_path, Client& client) {
     return absl::OkStatus();
   }
   const uint64_t size = file.st_size;
-  if (size > PhysicalMemoryBytes() / 2) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s is %d bytes; with its result that is more than this machine's "
-        "%d bytes of memory",
-        in_path, size, PhysicalMemoryBytes()));
-  }
   absl::StatusOr<v1::ServerInfo> info =
       client.GetServerInfo(Deadline(/*quick_call=*/true));
   if (info.ok() && size > info->limits().max_matrix_bytes() + kNpyHeaderRoom) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s is %d bytes; the server takes matrices up to %d bytes", in_path,
         size, info->limits().max_matrix_bytes()));
+  }
+  if (size > PhysicalMemoryBytes() / 2) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s is %d bytes; with its result that is more than this machine's "
+        "%d bytes of memory",
+        in_path, size, PhysicalMemoryBytes()));
   }
   return absl::OkStatus();
 }
