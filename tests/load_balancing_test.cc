@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/client.h"
-#include "client/metrics_scrape.h"
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
 
@@ -18,14 +17,10 @@ namespace {
 using testing::ServerProcess;
 
 double RequestsServed(const ServerProcess& server, absl::string_view method) {
-  absl::StatusOr<std::string> text = FetchUrl(
-      absl::StrCat("http://127.0.0.1:", server.metrics_port(), "/metrics"));
-  if (!text.ok()) return -1;
-  absl::StatusOr<MetricSamples> samples = ParseMetricsText(*text);
-  if (!samples.ok()) return -1;
-  auto it = samples->find(absl::StrCat(
-      "transpose_requests_total{code=\"OK\",method=\"", method, "\"}"));
-  return it == samples->end() ? 0 : it->second;
+  return server
+      .Metric(absl::StrCat("transpose_requests_total{code=\"OK\",method=\"",
+                           method, "\"}"))
+      .value_or(0);
 }
 
 TEST(LoadBalancingTest, RoundRobinSpreadsRequestsOverEveryServer) {

@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "client/metrics_scrape.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
@@ -48,25 +47,12 @@ std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
 }
 
 double Gauge(const ServerProcess& server, const std::string& name) {
-  absl::StatusOr<std::string> text = FetchUrl(
-      absl::StrCat("http://127.0.0.1:", server.metrics_port(), "/metrics"));
-  if (!text.ok()) return -1;
-  absl::StatusOr<MetricSamples> samples = ParseMetricsText(*text);
-  if (!samples.ok() || !samples->count(name)) return -1;
-  return samples->at(name);
+  return server.Metric(name).value_or(-1);
 }
 
-// Waits up to `timeout` for the gauge to reach `value`; returns the last
-// reading.
 double AwaitGauge(const ServerProcess& server, const std::string& name,
                   double value, absl::Duration timeout = absl::Seconds(5)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  double last = Gauge(server, name);
-  while (last != value && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-    last = Gauge(server, name);
-  }
-  return last;
+  return server.AwaitMetric(name, value, timeout);
 }
 
 v1::TransposeRequest Header(uint64_t rows, uint64_t cols) {

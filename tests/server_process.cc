@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "client/metrics_scrape.h"
 
 namespace transpose::testing {
 namespace {
@@ -225,6 +226,29 @@ ServerProcess::Exit ServerProcess::RunUntilExit(
   close(err);
   exit.code = WaitForExit(*pid, deadline);
   return exit;
+}
+
+std::optional<double> ServerProcess::Metric(const std::string& sample) const {
+  if (metrics_port_ == 0) return std::nullopt;
+  absl::StatusOr<std::string> text =
+      FetchUrl(absl::StrCat("http://127.0.0.1:", metrics_port_, "/metrics"));
+  if (!text.ok()) return std::nullopt;
+  absl::StatusOr<MetricSamples> samples = ParseMetricsText(*text);
+  if (!samples.ok()) return std::nullopt;
+  const auto it = samples->find(sample);
+  if (it == samples->end()) return std::nullopt;
+  return it->second;
+}
+
+double ServerProcess::AwaitMetric(const std::string& sample, double value,
+                                  absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  double last = Metric(sample).value_or(-1);
+  while (last != value && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    last = Metric(sample).value_or(-1);
+  }
+  return last;
 }
 
 }  // namespace transpose::testing

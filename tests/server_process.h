@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,15 @@ class ServerProcess {
   uint64_t PeakResidentBytes() const;
   // Starts the peak over from the resident memory now.
   void ResetPeakResidentBytes() const;
+  // One sample of its /metrics page, named as the page writes it (labels in
+  // order: `transpose_requests_total{code="OK",method="Transpose"}`); nullopt
+  // when the page cannot be read or lacks it.
+  std::optional<double> Metric(const std::string& sample) const;
+  // Waits up to `timeout` for the sample to read `value` (the server records
+  // a call once it is done, which can be just after its client has the
+  // status); returns the last reading, -1 for none.
+  double AwaitMetric(const std::string& sample, double value,
+                     absl::Duration timeout = absl::Seconds(5)) const;
 
   // Sends `signal` and waits up to `timeout` for the exit; returns the exit
   // code, or -signal when it died of a signal. Kills it (SIGKILL) if it

@@ -335,8 +335,17 @@ TEST_F(ServiceTest, OverTheLimitsIsResourceExhausted) {
   EXPECT_EQ(unary.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   ExpectStillServing();
   // Data just past the limit fits in gRPC's room for the header fields; the
-  // service refuses it, in a unary call or a stream chunk alike. At the limit
-  // it passes.
+  // service refuses it, in a unary call or a stream chunk alike, and counts
+  // the refusals. At the limit it passes.
+  const auto refused = [](const char* method) {
+    return absl::StrCat(
+        "transpose_requests_total{code=\"RESOURCE_EXHAUSTED\",method=\"",
+        method, "\"}");
+  };
+  const double unary_refused =
+      server_->Metric(refused("Transpose")).value_or(-1);
+  const double stream_refused =
+      server_->Metric(refused("TransposeStream")).value_or(-1);
   EXPECT_TRUE(
       Unary(WithData(Header(v1::DATA_TYPE_UINT8, 1024, 1024), kUnaryLimit))
           .ok());
@@ -350,6 +359,11 @@ TEST_F(ServiceTest, OverTheLimitsIsResourceExhausted) {
                 HasSubstr(absl::StrCat("limit of ", kUnaryLimit,
                                        " bytes per message")));
   }
+  EXPECT_EQ(server_->AwaitMetric(refused("Transpose"), unary_refused + 1),
+            unary_refused + 1);
+  EXPECT_EQ(
+      server_->AwaitMetric(refused("TransposeStream"), stream_refused + 1),
+      stream_refused + 1);
   ExpectStillServing();
   // A stream declaring more than --max_matrix_bytes: refused at the header,
   // before any data.
