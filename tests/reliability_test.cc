@@ -453,6 +453,10 @@ TEST_F(ReliabilityTest, ClientRetriesABusyServerButNotAMatrixOverTheLimit) {
   // `call` start, and frees the slot once the server has refused `method`
   // once more: a client that does not retry has failed by then.
   auto while_busy = [&](const std::string& method, auto call) {
+    // The last round's held stream gives its slot back after its client has
+    // moved on: until it has, this round's stream would be refused instead
+    // of holding the slot.
+    EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
     grpc::ClientContext held;
     std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
     EXPECT_TRUE(stream->Write(Header(1024, 256)));
