@@ -61,10 +61,12 @@ ABSL_FLAG(std::string, tls_cert, "",
           "--tls_key).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, in, "",
-          "transpose: input file (.npy, or raw with --rows --cols --dtype).");
+          "transpose: input file (.npy, or raw with --rows --cols --dtype); "
+          "- for standard input.");
 ABSL_FLAG(
     std::string, out, "",
-    "transpose: output file; .npy if the name ends in .npy, else raw bytes.");
+    "transpose: output file; .npy if the name ends in .npy, else raw bytes; - "
+    "for standard output.");
 ABSL_FLAG(std::optional<uint64_t>, rows, std::nullopt,
           "transpose: rows of a raw input matrix.");
 ABSL_FLAG(std::optional<uint64_t>, cols, std::nullopt,
@@ -210,12 +212,16 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
     const char* flag;
     std::string path;
     std::string* contents;
+    bool pem;
   };
-  const FlagFile files[] = {
-      {"tls_ca", absl::GetFlag(FLAGS_tls_ca), &options.tls_root_certs_pem},
-      {"tls_cert", absl::GetFlag(FLAGS_tls_cert), &options.tls_cert_chain_pem},
-      {"tls_key", absl::GetFlag(FLAGS_tls_key), &options.tls_private_key_pem},
-      {"token_file", absl::GetFlag(FLAGS_token_file), &options.bearer_token}};
+  const FlagFile files[] = {{"tls_ca", absl::GetFlag(FLAGS_tls_ca),
+                             &options.tls_root_certs_pem, true},
+                            {"tls_cert", absl::GetFlag(FLAGS_tls_cert),
+                             &options.tls_cert_chain_pem, true},
+                            {"tls_key", absl::GetFlag(FLAGS_tls_key),
+                             &options.tls_private_key_pem, true},
+                            {"token_file", absl::GetFlag(FLAGS_token_file),
+                             &options.bearer_token, false}};
   for (const FlagFile& file : files) {
     if (file.path.empty()) continue;
     absl::StatusOr<std::string> contents = ReadFile(file.path);
@@ -225,8 +231,7 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
           absl::StrCat("--", file.flag, ": ", contents.status().message()));
     }
     // gRPC would take anything and fail later with "empty address list".
-    if (file.contents != &options.bearer_token &&
-        !absl::StrContains(*contents, "-----BEGIN ")) {
+    if (file.pem && !absl::StrContains(*contents, "-----BEGIN ")) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", file.flag, ": ", file.path,
                        " is not PEM (no -----BEGIN line)"));
@@ -293,8 +298,12 @@ absl::Status CheckInputFits(const std::string& in_path, Client& client) {
 }
 
 int RunTranspose() {
-  const std::string in_path = absl::GetFlag(FLAGS_in);
-  const std::string out_path = absl::GetFlag(FLAGS_out);
+  // "-": standard input and output, as shell tools take it.
+  const auto path_of = [](std::string flag, const char* standard) {
+    return flag == "-" ? std::string(standard) : flag;
+  };
+  const std::string in_path = path_of(absl::GetFlag(FLAGS_in), "/dev/stdin");
+  const std::string out_path = path_of(absl::GetFlag(FLAGS_out), "/dev/stdout");
   if (in_path.empty() || out_path.empty())
     return Usage("transpose needs --in and --out");
   std::optional<DataType> dtype;

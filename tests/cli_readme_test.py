@@ -258,6 +258,17 @@ class CliReadmeTest(unittest.TestCase):
         with open(self.path("log"), "rb") as f:
             self.assertEqual(f.read(), b"before\n" + np.ascontiguousarray(a.T).tobytes())
 
+    def test_dash_is_standard_input_and_output(self):
+        a = random_array(np.uint16, (9, 70), np.random.default_rng(8))
+        np.save(self.path("p.npy"), a)
+        with open(self.path("p.npy"), "rb") as stdin:
+            result = subprocess.run([ARGS.cli, f"--server={self.target}", "transpose",
+                                     "--in=-", "--out=-"], stdin=stdin, capture_output=True,
+                                    timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, np.ascontiguousarray(a.T).tobytes())
+        self.assertFalse(os.path.exists("-"))
+
     def test_an_upper_case_npy_suffix_still_writes_npy(self):
         a = random_array(np.int32, (5, 7), np.random.default_rng(5))
         np.save(self.path("a.npy"), a)
