@@ -407,8 +407,7 @@ int RunTranspose() {
   };
   // NumPy transposes empty arrays too; the service takes none, and none is
   // needed.
-  if (input.shape.batch == 0 || input.shape.rows == 0 ||
-      input.shape.cols == 0) {
+  if (input.shape.empty()) {
     return write(input.shape.Transposed(), {},
                  "empty: no data, no call to the server");
   }

@@ -176,10 +176,8 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(
   }
   // An array with a zero dimension is a valid file with no data: the caller
   // decides what to do with it (the service takes no empty matrices).
-  const bool empty = header.shape.batch == 0 || header.shape.rows == 0 ||
-                     header.shape.cols == 0;
   uint64_t bytes = 0;
-  if (!empty) {
+  if (!header.shape.empty()) {
     TRANSPOSE_ASSIGN_OR_RETURN(bytes, MatrixBytes(header.dtype, header.shape));
   }
   if (file.size() - header.data_offset != bytes) {

@@ -82,7 +82,7 @@ absl::StatusOr<uint64_t> MatrixBytes(DataType dtype, const MatrixShape& shape) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype ", static_cast<int>(dtype), " is unknown"));
   }
-  if (shape.batch == 0 || shape.rows == 0 || shape.cols == 0) {
+  if (shape.empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("shape has a zero dimension: batch=%d rows=%d cols=%d",
                         shape.batch, shape.rows, shape.cols));

@@ -57,6 +57,9 @@ struct MatrixShape {
   // The shape of the result: (batch, cols, rows).
   MatrixShape Transposed() const { return {batch, cols, rows}; }
   uint64_t elements() const { return batch * rows * cols; }
+  // A zero dimension (not elements() == 0, which a product past 64 bits can
+  // also give).
+  bool empty() const { return batch == 0 || rows == 0 || cols == 0; }
 
   friend bool operator==(const MatrixShape& a, const MatrixShape& b) {
     return a.batch == b.batch && a.rows == b.rows && a.cols == b.cols;

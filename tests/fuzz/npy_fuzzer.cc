@@ -18,11 +18,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (header.ok()) {
     // An empty array (a zero dimension) parses with no data; any other
     // header accepted must declare exactly the bytes that follow it.
-    const transpose::MatrixShape& shape = header->shape;
-    const bool empty = shape.batch == 0 || shape.rows == 0 || shape.cols == 0;
     absl::StatusOr<uint64_t> bytes =
-        empty ? uint64_t{0}
-              : transpose::MatrixBytes(header->dtype, header->shape);
+        header->shape.empty()
+            ? uint64_t{0}
+            : transpose::MatrixBytes(header->dtype, header->shape);
     if (header->data_offset > file.size() || !bytes.ok() ||
         *bytes != file.size() - header->data_offset) {
       std::abort();
