@@ -63,7 +63,45 @@ absl::Status GaveUp(const absl::Status& last, int attempts,
                                    " ", why, ")"));
 }
 
+absl::Status CancelledByCaller() {
+  return absl::CancelledError("the call was cancelled by its caller");
+}
+
 }  // namespace
+
+void CallCanceller::Cancel() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_ = true;
+  for (grpc::ClientContext* context : contexts_) context->TryCancel();
+  cancelled_changed_.notify_all();
+}
+
+bool CallCanceller::cancelled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cancelled_;
+}
+
+bool CallCanceller::SleepUnlessCancelled(absl::Duration wait) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return !cancelled_changed_.wait_for(lock, absl::ToChronoNanoseconds(wait),
+                                      [this] { return cancelled_; });
+}
+
+CallCanceller::Scope::Scope(CallCanceller* canceller,
+                            grpc::ClientContext& context)
+    : canceller_(canceller), context_(&context) {
+  if (canceller_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(canceller_->mutex_);
+  canceller_->contexts_.push_back(context_);
+  if (canceller_->cancelled_) context_->TryCancel();
+}
+
+CallCanceller::Scope::~Scope() {
+  if (canceller_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(canceller_->mutex_);
+  std::vector<grpc::ClientContext*>& contexts = canceller_->contexts_;
+  contexts.erase(std::find(contexts.begin(), contexts.end(), context_));
+}
 
 Client::RetryAdvice Client::ReadRetryAdvice(
     const grpc::ClientContext& context) {
@@ -212,12 +250,20 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   const bool unary = !call.force_stream && bytes <= options_.unary_max_bytes;
   const absl::Time deadline = DeadlineAfter(call.timeout);
   absl::Duration backoff = options_.initial_backoff;
+  auto cancelled = [&call] {
+    return call.canceller != nullptr && call.canceller->cancelled();
+  };
   for (int attempt = 1;; ++attempt) {
+    if (cancelled()) return CancelledByCaller();
     RetryAdvice advice;
     absl::StatusOr<TransposeStats> stats =
         unary ? Unary(input, output, call, deadline, advice)
               : Stream(input, output, call, deadline, advice);
-    if (stats.ok() || !Retriable(stats.status(), advice)) return stats;
+    if (stats.ok()) return stats;
+    // Whatever the failed attempt reported (CANCELLED from gRPC, or a write
+    // refused on the cancelled stream), the caller ended it.
+    if (cancelled()) return CancelledByCaller();
+    if (!Retriable(stats.status(), advice)) return stats;
     if (attempt >= options_.max_attempts) {
       return GaveUp(stats.status(), attempt, "attempts");
     }
@@ -226,7 +272,11 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     if (absl::Now() + wait >= deadline) {
       return GaveUp(stats.status(), attempt, "attempts, at the deadline");
     }
-    absl::SleepFor(wait);
+    if (call.canceller == nullptr) {
+      absl::SleepFor(wait);
+    } else if (!call.canceller->SleepUnlessCancelled(wait)) {
+      return CancelledByCaller();
+    }
     backoff = std::min(2 * backoff, options_.max_backoff);
   }
 }
@@ -242,6 +292,7 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   v1::TransposeResponse response;
   grpc::ClientContext context;
   PrepareContext(context, deadline);
+  const CallCanceller::Scope cancel_scope(call.canceller, context);
   const grpc::Status status = stub_->Transpose(&context, request, &response);
   if (!status.ok()) {
     advice = ReadRetryAdvice(context);
@@ -270,6 +321,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                                               RetryAdvice& advice) {
   grpc::ClientContext context;
   PrepareContext(context, deadline);
+  const CallCanceller::Scope cancel_scope(call.canceller, context);
   grpc::CompletionQueue queue;
   // Waits for the one operation in flight; false when it failed (the call is
   // over).

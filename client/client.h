@@ -5,9 +5,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,6 +81,50 @@ struct TransferProgress {
   uint64_t total_bytes = 0;  // Each way.
 };
 
+// Ends Transpose calls before they are done, from any thread (a progress
+// callback included). Cancelling is final: the calls given this canceller, the
+// one running and any made later, end CANCELLED. The attempt in flight is
+// cancelled through gRPC (the server frees what the call held), a wait between
+// attempts is cut short, and no attempt follows. A call that has already
+// finished keeps its result. Several calls may share one canceller.
+class CallCanceller {
+ public:
+  CallCanceller() = default;
+  CallCanceller(const CallCanceller&) = delete;
+  CallCanceller& operator=(const CallCanceller&) = delete;
+
+  void Cancel();
+  bool cancelled() const;
+
+ private:
+  friend class Client;
+
+  // Lets Cancel reach `context` while an attempt runs; the context is
+  // cancelled at once (before its call starts, gRPC cancels it when it does)
+  // when the canceller already is.
+  class Scope {
+   public:
+    Scope(CallCanceller* canceller, grpc::ClientContext& context);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    CallCanceller* const canceller_;
+    grpc::ClientContext* const context_;
+  };
+
+  // Waits `wait`; false, at once, when cancelled before or during it.
+  bool SleepUnlessCancelled(absl::Duration wait);
+
+  mutable std::mutex mutex_;
+  std::condition_variable cancelled_changed_;
+  bool cancelled_ = false;
+  // The contexts of the attempts running now; Scope removes its own before
+  // the context dies, under the mutex Cancel holds while it cancels them.
+  std::vector<grpc::ClientContext*> contexts_;
+};
+
 struct CallOptions {
   kernels::Algorithm algorithm = kernels::Algorithm::kAuto;
   // 0: the client's default_timeout.
@@ -88,6 +134,8 @@ struct CallOptions {
   // Called after each chunk sent or received, on the calling thread. A retried
   // call starts again from zero.
   std::function<void(const TransferProgress&)> on_progress;
+  // Ends the call CANCELLED when cancelled; must outlive the call.
+  CallCanceller* canceller = nullptr;
 };
 
 struct TransposeResult {
@@ -104,7 +152,7 @@ class Client {
 
   // Transposes `input`; the server's status on failure (INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED, ...), INVALID_ARGUMENT before sending anything when
-  // `input` is inconsistent.
+  // `input` is inconsistent, CANCELLED when `call.canceller` ends it.
   absl::StatusOr<TransposeResult> Transpose(const MatrixView& input,
                                             const CallOptions& call = {});
 

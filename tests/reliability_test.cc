@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -64,9 +65,11 @@ v1::TransposeRequest Header(uint64_t rows, uint64_t cols) {
 }
 
 // A float32 matrix of `rows` x `cols` through the client library.
-absl::Status Transpose(Client& client, uint64_t rows, uint64_t cols) {
+absl::Status Transpose(Client& client, uint64_t rows, uint64_t cols,
+                       const CallOptions& call = {}) {
   std::vector<uint8_t> data(rows * cols * 4, 3);
-  return client.Transpose({DataType::kFloat32, {1, rows, cols}, data}).status();
+  return client.Transpose({DataType::kFloat32, {1, rows, cols}, data}, call)
+      .status();
 }
 
 // A TCP relay to a server port that can freeze: it then stops moving bytes
@@ -491,6 +494,84 @@ TEST_F(ReliabilityTest, ClientRetriesABusyServerButNotAMatrixOverTheLimit) {
   EXPECT_EQ(Transpose(*retrying, 2048, 1024).code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(refusals("TransposeStream"), streams_refused + 1);
+}
+
+// A caller ends its own calls through a CallCanceller: cancelled from its
+// progress callback mid-upload, a call ends CANCELLED and the server gives
+// back what it held; a cancelled canceller ends later calls before they send
+// anything; cancelled from another thread while the client waits to retry a
+// busy server, the call ends then, not when the wait is over.
+TEST_F(ReliabilityTest, ACallerCancelsMidUploadAndBetweenAttempts) {
+  auto server = Start({"--max_inflight_requests=1"});
+  ASSERT_NE(server, nullptr);
+  ClientOptions options;
+  options.target = server->address();
+  options.default_timeout = absl::Minutes(5);
+  options.max_attempts = 8;
+  // A wait of 30-60 s: one that Cancel does not cut short fails the test.
+  options.initial_backoff = absl::Seconds(60);
+  options.max_backoff = absl::Seconds(60);
+  std::unique_ptr<Client> client = *Client::Create(options);
+
+  // 16 MiB: streamed in 1 MiB chunks, cancelled once 2 MiB are sent.
+  const MatrixShape shape{1, 2048, 2048};
+  const std::vector<uint8_t> data(16 * kMiB, 5);
+  CallCanceller canceller;
+  uint64_t most_sent = 0;
+  CallOptions call;
+  call.canceller = &canceller;
+  call.on_progress = [&](const TransferProgress& progress) {
+    most_sent = std::max(most_sent, progress.sent_bytes);
+    if (progress.sent_bytes >= 2 * kMiB) canceller.Cancel();
+  };
+  absl::Status status =
+      client->Transpose({DataType::kFloat32, shape, data}, call).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_THAT(status.message(), HasSubstr("cancelled by its caller"));
+  EXPECT_EQ(most_sent, 2 * kMiB);
+  EXPECT_EQ(AwaitGauge(*server,
+                       "transpose_requests_total{code=\"CANCELLED\","
+                       "method=\"TransposeStream\"}",
+                       1),
+            1);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
+
+  bool progressed = false;
+  call.on_progress = [&](const TransferProgress&) { progressed = true; };
+  status = client->Transpose({DataType::kFloat32, shape, data}, call).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_FALSE(progressed);
+  // The same client, without the canceller, carries on.
+  EXPECT_TRUE(client->Transpose({DataType::kFloat32, shape, data}).ok());
+
+  // An upload stalled after its header holds the one request slot, so the
+  // call below is refused as busy and waits to try again.
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  grpc::ClientContext held;
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
+  ASSERT_TRUE(stream->Write(Header(1024, 256)));
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 1), 1);
+  const std::string refused =
+      "transpose_requests_total{code=\"RESOURCE_EXHAUSTED\","
+      "method=\"Transpose\"}";
+  CallCanceller waiting;
+  std::thread cancel([&] {
+    AwaitGauge(*server, refused, 1, absl::Seconds(20));
+    waiting.Cancel();
+  });
+  CallOptions retried;
+  retried.canceller = &waiting;
+  const absl::Time asked = absl::Now();
+  status = Transpose(*client, 8, 8, retried);
+  const absl::Duration took = absl::Now() - asked;
+  cancel.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_EQ(Gauge(*server, refused), 1);  // One attempt, no more.
+  EXPECT_LT(took, absl::Seconds(20));
+  held.TryCancel();
+  stream->Finish();
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
 }
 
 // A client whose connection goes silent mid-upload, without closing (its host
