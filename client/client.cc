@@ -82,6 +82,9 @@ bool CallCanceller::cancelled() const {
 }
 
 bool CallCanceller::SleepUnlessCancelled(absl::Duration wait) {
+  // A server's pushback can ask for centuries; past a year, steady_clock's
+  // now() + wait could overflow.
+  wait = std::min(wait, absl::Hours(24 * 365));
   std::unique_lock<std::mutex> lock(mutex_);
   return !cancelled_changed_.wait_for(lock, absl::ToChronoNanoseconds(wait),
                                       [this] { return cancelled_; });
@@ -224,6 +227,10 @@ void Client::PrepareContext(grpc::ClientContext& context,
 
 absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
                                                   const CallOptions& call) {
+  // Before the output is allocated.
+  if (call.canceller != nullptr && call.canceller->cancelled()) {
+    return CancelledByCaller();
+  }
   TransposeResult result;
   result.dtype = input.dtype;
   result.shape = input.shape.Transposed();
@@ -236,6 +243,10 @@ absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
 absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
                                                      absl::Span<uint8_t> output,
                                                      const CallOptions& call) {
+  auto cancelled = [&call] {
+    return call.canceller != nullptr && call.canceller->cancelled();
+  };
+  if (cancelled()) return CancelledByCaller();
   TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
                              MatrixBytes(input.dtype, input.shape));
   if (input.data.size() != bytes) {
@@ -250,9 +261,6 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   const bool unary = !call.force_stream && bytes <= options_.unary_max_bytes;
   const absl::Time deadline = DeadlineAfter(call.timeout);
   absl::Duration backoff = options_.initial_backoff;
-  auto cancelled = [&call] {
-    return call.canceller != nullptr && call.canceller->cancelled();
-  };
   for (int attempt = 1;; ++attempt) {
     if (cancelled()) return CancelledByCaller();
     RetryAdvice advice;

@@ -85,8 +85,10 @@ struct TransferProgress {
 // callback included). Cancelling is final: the calls given this canceller, the
 // one running and any made later, end CANCELLED. The attempt in flight is
 // cancelled through gRPC (the server frees what the call held), a wait between
-// attempts is cut short, and no attempt follows. A call that has already
-// finished keeps its result. Several calls may share one canceller.
+// attempts is cut short, and no attempt follows. A call whose result has
+// already arrived returns it: a unary call (up to unary_max_bytes) reports
+// progress only then, so cancelling from its callback changes nothing. Several
+// calls may share one canceller.
 class CallCanceller {
  public:
   CallCanceller() = default;
@@ -94,6 +96,7 @@ class CallCanceller {
   CallCanceller& operator=(const CallCanceller&) = delete;
 
   void Cancel();
+  // Whether Cancel has been called.
   bool cancelled() const;
 
  private:

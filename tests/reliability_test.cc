@@ -219,7 +219,10 @@ TEST_F(ReliabilityTest, AdmissionLimitsRefuseAtOnceAndCancellingGivesBack) {
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
   EXPECT_TRUE(Transpose(*client, 1024, 1024).ok());
 
-  // Three uploads stopped after their headers take every request slot.
+  // Three uploads stopped after their headers take every request slot. The
+  // call above gives its slot back just after its client has the result:
+  // until it has, the third upload would be refused instead.
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<Stream>> streams;
   for (int i = 0; i < 3; ++i) {
@@ -537,13 +540,24 @@ TEST_F(ReliabilityTest, ACallerCancelsMidUploadAndBetweenAttempts) {
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
 
+  // A cancelled canceller ends the next call before it sends anything, even
+  // with input that would be refused.
   bool progressed = false;
   call.on_progress = [&](const TransferProgress&) { progressed = true; };
   status = client->Transpose({DataType::kFloat32, shape, data}, call).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
   EXPECT_FALSE(progressed);
-  // The same client, without the canceller, carries on.
+  status =
+      client->Transpose({DataType::kFloat32, {1, 3, 3}, data}, call).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  // The same client, without the canceller, carries on; by the time it has
+  // its result, a call the cancelled canceller had let start would have been
+  // counted.
   EXPECT_TRUE(client->Transpose({DataType::kFloat32, shape, data}).ok());
+  EXPECT_EQ(Gauge(*server,
+                  "transpose_requests_total{code=\"CANCELLED\","
+                  "method=\"TransposeStream\"}"),
+            1);
 
   // An upload stalled after its header holds the one request slot, so the
   // call below is refused as busy and waits to try again.
@@ -557,7 +571,10 @@ TEST_F(ReliabilityTest, ACallerCancelsMidUploadAndBetweenAttempts) {
       "method=\"Transpose\"}";
   CallCanceller waiting;
   std::thread cancel([&] {
+    // The server counts a refusal just after sending it; by half a second
+    // later its client is in its 30-60 s wait.
     AwaitGauge(*server, refused, 1, absl::Seconds(20));
+    absl::SleepFor(absl::Milliseconds(500));
     waiting.Cancel();
   });
   CallOptions retried;
