@@ -560,7 +560,10 @@ TEST_F(ReliabilityTest, ACallerCancelsMidUploadAndBetweenAttempts) {
             1);
 
   // An upload stalled after its header holds the one request slot, so the
-  // call below is refused as busy and waits to try again.
+  // call below is refused as busy and waits to try again. The call above
+  // gives its slot back just after its client has the result: until it has,
+  // the upload would be refused instead.
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
   auto stub = v1::TransposeService::NewStub(client->channel());
   grpc::ClientContext held;
   std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
