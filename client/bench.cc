@@ -99,8 +99,12 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   const absl::Time start = absl::Now();
   const absl::Time end = start + options.duration;
 
+  auto stopped = [&options] {
+    return options.call.canceller != nullptr &&
+           options.call.canceller->cancelled();
+  };
   auto worker = [&](std::vector<uint8_t>& output) {
-    while (true) {
+    while (!stopped()) {
       if (options.count > 0 ? issued.fetch_add(1) >= options.count
                             : absl::Now() >= end)
         break;
@@ -113,6 +117,10 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
         status = absl::DataLossError("result differs from the CPU transpose");
       }
       std::lock_guard<std::mutex> lock(mutex);
+      if (status.code() == absl::StatusCode::kCancelled && stopped()) {
+        ++report.cancelled;
+        continue;
+      }
       if (!status.ok()) {
         if (report.errors++ == 0) report.first_error = status;
         continue;
@@ -132,6 +140,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   for (std::thread& thread : threads) thread.join();
 
   report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  report.stopped = stopped();
   std::sort(latencies.begin(), latencies.end());
   report.p50_seconds = Percentile(latencies, 0.50);
   report.p90_seconds = Percentile(latencies, 0.90);
@@ -149,9 +158,13 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
 std::string FormatBenchReport(const BenchOptions& options,
                               const BenchReport& report) {
   std::string text = absl::StrFormat(
-      "%s %s, concurrency %d: %d ok, %d errors in %.2f s\n",
+      "%s %s, concurrency %d: %d ok, %d errors in %.2f s%s\n",
       DataTypeName(options.dtype), ShapeToString(options.shape),
-      options.concurrency, report.requests, report.errors, report.seconds);
+      options.concurrency, report.requests, report.errors, report.seconds,
+      report.stopped ? absl::StrFormat(", stopped early (%d in flight "
+                                       "cancelled)",
+                                       report.cancelled)
+                     : "");
   if (report.requests == 0) {
     absl::StrAppend(&text, "no request succeeded: no timings\n");
   } else {

@@ -20,6 +20,8 @@ struct BenchOptions {
   uint64_t count = 0;
   DataType dtype = DataType::kFloat32;
   MatrixShape shape{1, 1024, 1024};
+  // Every request's options. Once call.canceller is cancelled, the run ends:
+  // no request starts, those in flight end CANCELLED and are counted apart.
   CallOptions call;
   // Checks every result against the CPU transpose.
   bool verify = false;
@@ -28,6 +30,9 @@ struct BenchOptions {
 struct BenchReport {
   uint64_t requests = 0;  // Succeeded.
   uint64_t errors = 0;
+  // Ended early by call.canceller, and the requests it cut short.
+  bool stopped = false;
+  uint64_t cancelled = 0;
   absl::Status first_error;
   double seconds = 0;
   uint64_t matrix_bytes = 0;

@@ -32,6 +32,7 @@
 #include "client/metrics_scrape.h"
 #include "client/npy.h"
 #include "client/progress_bar.h"
+#include "client/stop_on_signal.h"
 #include "proto/convert.h"
 #include "server/core/files.h"
 #include "server/core/process.h"
@@ -483,7 +484,12 @@ int RunHealth() {
 }
 
 int RunBenchCommand() {
+  // Before the client starts gRPC's threads, which inherit the blocked
+  // signals: Ctrl-C then ends the bench early, with its report.
+  CallCanceller stop;
+  StopOnSignal stop_on_signal(stop);
   BenchOptions options;
+  options.call.canceller = &stop;
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
   options.duration = absl::GetFlag(FLAGS_duration);
   options.count = absl::GetFlag(FLAGS_count);
@@ -540,6 +546,8 @@ int RunBenchCommand() {
   absl::StatusOr<BenchReport> report = RunBench(**client, options);
   if (!report.ok()) return Fail(report.status());
   std::printf("%s", FormatBenchReport(options, *report).c_str());
+  // 128 + the signal, as a shell reports a command the signal ended.
+  if (report->stopped) return 128 + stop_on_signal.signal();
   if (!metrics_url.empty()) {
     // Other clients' requests in the interval show up too.
     absl::StatusOr<std::string> text = FetchUrl(metrics_url);

@@ -296,6 +296,22 @@ class CliReadmeTest(unittest.TestCase):
         self.assertIn("the server takes matrices up to 4294967296 bytes", result.stderr)
         self.assertFalse(os.path.exists(self.path("huge.T")))
 
+    def test_ctrl_c_ends_a_bench_early_with_its_report(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            started = time.time()
+            bench = subprocess.Popen(
+                [ARGS.cli, f"--server={self.target}", "bench", "--duration=300s",
+                 "--concurrency=2", "--shape=64x64"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(3)  # Requests under way.
+            bench.send_signal(sig)
+            out, err = bench.communicate(timeout=60)
+            self.assertEqual(bench.returncode, 128 + sig, err + out)
+            self.assertLess(time.time() - started, 60)  # Not the 300 s asked for.
+            self.assertRegex(out, r": [1-9]\d* ok, 0 errors in [\d.]+ s, stopped early "
+                                  r"\([0-2] in flight cancelled\)")
+            self.assertIn("p99", out)
+
     def test_bench_says_when_no_request_succeeded(self):
         if "naive" in self.cli("info").stdout:
             self.skipTest("the server has the classic kernels (a GPU backend)")
