@@ -76,6 +76,16 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
                                      const BenchOptions& options) {
   TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
   const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
+  auto stopped = [&options] {
+    return options.call.canceller != nullptr &&
+           options.call.canceller->cancelled();
+  };
+  if (stopped()) {  // Before allocating and filling gigabytes.
+    BenchReport report;
+    report.matrix_bytes = bytes;
+    report.stopped = true;
+    return report;
+  }
   std::vector<uint8_t> input(bytes);
   std::vector<uint8_t> expected(options.verify ? bytes : 0);
   std::vector<std::vector<uint8_t>> outputs(options.concurrency,
@@ -99,12 +109,15 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   const absl::Time start = absl::Now();
   const absl::Time end = start + options.duration;
 
-  auto stopped = [&options] {
-    return options.call.canceller != nullptr &&
-           options.call.canceller->cancelled();
-  };
+  // Set by a worker that the canceller ended, not one that ran out of count
+  // or time (a signal can come just after the last).
+  std::atomic<bool> cut_short{false};
   auto worker = [&](std::vector<uint8_t>& output) {
-    while (!stopped()) {
+    while (true) {
+      if (stopped()) {
+        cut_short = true;
+        break;
+      }
       if (options.count > 0 ? issued.fetch_add(1) >= options.count
                             : absl::Now() >= end)
         break;
@@ -118,6 +131,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
       }
       std::lock_guard<std::mutex> lock(mutex);
       if (status.code() == absl::StatusCode::kCancelled && stopped()) {
+        cut_short = true;
         ++report.cancelled;
         continue;
       }
@@ -140,7 +154,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   for (std::thread& thread : threads) thread.join();
 
   report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  report.stopped = stopped();
+  report.stopped = cut_short;
   std::sort(latencies.begin(), latencies.end());
   report.p50_seconds = Percentile(latencies, 0.50);
   report.p90_seconds = Percentile(latencies, 0.90);
@@ -161,10 +175,9 @@ std::string FormatBenchReport(const BenchOptions& options,
       "%s %s, concurrency %d: %d ok, %d errors in %.2f s%s\n",
       DataTypeName(options.dtype), ShapeToString(options.shape),
       options.concurrency, report.requests, report.errors, report.seconds,
-      report.stopped ? absl::StrFormat(", stopped early (%d in flight "
-                                       "cancelled)",
-                                       report.cancelled)
-                     : "");
+      report.stopped
+          ? absl::StrFormat(", stopped early (%d cut short)", report.cancelled)
+          : "");
   if (report.requests == 0) {
     absl::StrAppend(&text, "no request succeeded: no timings\n");
   } else {

@@ -30,7 +30,8 @@ struct BenchOptions {
 struct BenchReport {
   uint64_t requests = 0;  // Succeeded.
   uint64_t errors = 0;
-  // Ended early by call.canceller, and the requests it cut short.
+  // Ended early by call.canceller, and the requests it cut short (in flight,
+  // or ended as they began).
   bool stopped = false;
   uint64_t cancelled = 0;
   absl::Status first_error;

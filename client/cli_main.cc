@@ -485,7 +485,8 @@ int RunHealth() {
 
 int RunBenchCommand() {
   // Before the client starts gRPC's threads, which inherit the blocked
-  // signals: Ctrl-C then ends the bench early, with its report.
+  // signals. Armed around the run: Ctrl-C then ends it early, with its
+  // report; before and after, Ctrl-C ends the process as usual.
   CallCanceller stop;
   StopOnSignal stop_on_signal(stop);
   BenchOptions options;
@@ -543,10 +544,21 @@ int RunBenchCommand() {
     before = text.ok() ? ParseMetricsText(*text) : text.status();
     if (!before.ok()) return Fail(before.status());
   }
+  stop_on_signal.Arm();
+  std::fprintf(
+      stderr, "bench running%s; Ctrl-C stops it early\n",
+      options.count > 0
+          ? ""
+          : absl::StrCat(" for ", absl::FormatDuration(options.duration))
+                .c_str());
   absl::StatusOr<BenchReport> report = RunBench(**client, options);
+  stop_on_signal.Disarm();
   if (!report.ok()) return Fail(report.status());
   std::printf("%s", FormatBenchReport(options, *report).c_str());
-  // 128 + the signal, as a shell reports a command the signal ended.
+  // Out before a signal can end the process.
+  std::fflush(stdout);
+  // 128 + the signal, as a shell reports a command the signal ended; no
+  // metrics delta for a run cut short.
   if (report->stopped) return 128 + stop_on_signal.signal();
   if (!metrics_url.empty()) {
     // Other clients' requests in the interval show up too.

@@ -9,8 +9,13 @@ namespace transpose {
 
 StopOnSignal::StopOnSignal(CallCanceller& canceller) : canceller_(canceller) {
   sigemptyset(&signals_);
-  sigaddset(&signals_, SIGINT);
-  sigaddset(&signals_, SIGTERM);
+  for (int signal : {SIGINT, SIGTERM}) {
+    // A blocked signal is queued even when ignored, and sigtimedwait would
+    // take it.
+    struct sigaction current {};
+    sigaction(signal, nullptr, &current);
+    if (current.sa_handler != SIG_IGN) sigaddset(&signals_, signal);
+  }
   pthread_sigmask(SIG_BLOCK, &signals_, &previous_mask_);
   watcher_ = std::thread([this] { Watch(); });
 }
@@ -29,12 +34,12 @@ void StopOnSignal::Watch() {
     const int received = sigtimedwait(&signals_, nullptr, &poll_interval);
     if (received <= 0) continue;  // Timed out, or interrupted.
     int none = 0;
-    if (signal_.compare_exchange_strong(none, received)) {
+    if (armed_ && signal_.compare_exchange_strong(none, received)) {
       canceller_.Cancel();
       continue;
     }
-    // The second: end the process as the signal does by default, here, where
-    // it is unblocked for this thread alone.
+    // Unarmed, or the second: end the process as the signal does by default,
+    // here, where it is unblocked for this thread alone.
     std::signal(received, SIG_DFL);
     sigset_t only;
     sigemptyset(&only);

@@ -12,12 +12,14 @@
 
 namespace transpose {
 
-// While it lives, SIGINT and SIGTERM cancel `canceller` instead of ending the
-// process; a second one ends the process by the signal's default action.
-// Construct it before any other thread starts (gRPC's included): threads
-// inherit the blocked signals, and a thread that did not would take the signal
-// with the process's own disposition. On destruction, a signal that arrives
-// afterwards acts as usual.
+// While it lives, SIGINT and SIGTERM wait in a thread of their own. While it
+// is armed, the first cancels `canceller` instead of ending the process;
+// otherwise, and for a second one, the process ends by the signal's default
+// action. A signal the process ignores (a background job's SIGINT) stays
+// ignored. Construct it before any other thread starts (gRPC's included):
+// threads inherit the blocked signals, and a thread that did not would take
+// the signal with the process's own disposition. On destruction, a signal that
+// arrives afterwards acts as usual.
 class StopOnSignal {
  public:
   explicit StopOnSignal(CallCanceller& canceller);
@@ -25,7 +27,10 @@ class StopOnSignal {
   StopOnSignal(const StopOnSignal&) = delete;
   StopOnSignal& operator=(const StopOnSignal&) = delete;
 
-  // The first signal that arrived, 0 for none.
+  void Arm() { armed_ = true; }
+  void Disarm() { armed_ = false; }
+
+  // The signal that cancelled, 0 for none.
   int signal() const { return signal_.load(); }
 
  private:
@@ -34,6 +39,7 @@ class StopOnSignal {
   CallCanceller& canceller_;
   sigset_t signals_;
   sigset_t previous_mask_;
+  std::atomic<bool> armed_{false};
   std::atomic<int> signal_{0};
   std::atomic<bool> done_{false};
   std::thread watcher_;

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 
 #include "absl/time/clock.h"
@@ -24,6 +25,7 @@ TEST(StopOnSignalTest, ASignalCancelsInsteadOfEndingTheProcess) {
   for (int signal : {SIGINT, SIGTERM}) {
     CallCanceller canceller;
     StopOnSignal stop(canceller);
+    stop.Arm();
     EXPECT_EQ(stop.signal(), 0);
     ASSERT_EQ(kill(getpid(), signal), 0);
     EXPECT_TRUE(AwaitCancelled(canceller));
@@ -35,6 +37,7 @@ TEST(StopOnSignalTest, NoSignalNoCancel) {
   CallCanceller canceller;
   {
     StopOnSignal stop(canceller);
+    stop.Arm();
     absl::SleepFor(absl::Milliseconds(250));
     EXPECT_EQ(stop.signal(), 0);
   }
@@ -46,12 +49,39 @@ TEST(StopOnSignalDeathTest, ASecondSignalEndsTheProcess) {
       {
         CallCanceller canceller;
         StopOnSignal stop(canceller);
+        stop.Arm();
         kill(getpid(), SIGINT);
         if (AwaitCancelled(canceller)) kill(getpid(), SIGINT);
         absl::SleepFor(absl::Seconds(10));
         std::exit(0);
       },
       ::testing::KilledBySignal(SIGINT), "");
+}
+
+TEST(StopOnSignalDeathTest, UnarmedASignalEndsTheProcess) {
+  EXPECT_EXIT(
+      {
+        CallCanceller canceller;
+        StopOnSignal stop(canceller);
+        kill(getpid(), SIGTERM);
+        absl::SleepFor(absl::Seconds(10));
+        std::exit(canceller.cancelled() ? 3 : 0);
+      },
+      ::testing::KilledBySignal(SIGTERM), "");
+}
+
+TEST(StopOnSignalDeathTest, AnIgnoredSignalStaysIgnored) {
+  EXPECT_EXIT(
+      {
+        std::signal(SIGINT, SIG_IGN);
+        CallCanceller canceller;
+        StopOnSignal stop(canceller);
+        stop.Arm();
+        kill(getpid(), SIGINT);
+        absl::SleepFor(absl::Milliseconds(500));
+        std::exit(canceller.cancelled() ? 3 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(StopOnSignalDeathTest, AfterItASignalActsAsUsual) {
