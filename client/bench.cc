@@ -76,11 +76,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
                                      const BenchOptions& options) {
   TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
   const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
-  auto stopped = [&options] {
-    return options.call.canceller != nullptr &&
-           options.call.canceller->cancelled();
-  };
-  if (stopped()) {  // Before allocating and filling gigabytes.
+  if (options.call.cancelled()) {  // Before allocating and filling gigabytes.
     BenchReport report;
     report.matrix_bytes = bytes;
     report.stopped = true;
@@ -114,7 +110,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   std::atomic<bool> cut_short{false};
   auto worker = [&](std::vector<uint8_t>& output) {
     while (true) {
-      if (stopped()) {
+      if (options.call.cancelled()) {
         cut_short = true;
         break;
       }
@@ -130,7 +126,8 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
         status = absl::DataLossError("result differs from the CPU transpose");
       }
       std::lock_guard<std::mutex> lock(mutex);
-      if (status.code() == absl::StatusCode::kCancelled && stopped()) {
+      if (status.code() == absl::StatusCode::kCancelled &&
+          options.call.cancelled()) {
         cut_short = true;
         ++report.cancelled;
         continue;

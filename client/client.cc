@@ -227,10 +227,7 @@ void Client::PrepareContext(grpc::ClientContext& context,
 
 absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
                                                   const CallOptions& call) {
-  // Before the output is allocated.
-  if (call.canceller != nullptr && call.canceller->cancelled()) {
-    return CancelledByCaller();
-  }
+  if (call.cancelled()) return CancelledByCaller();  // Before allocating.
   TransposeResult result;
   result.dtype = input.dtype;
   result.shape = input.shape.Transposed();
@@ -243,10 +240,7 @@ absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
 absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
                                                      absl::Span<uint8_t> output,
                                                      const CallOptions& call) {
-  auto cancelled = [&call] {
-    return call.canceller != nullptr && call.canceller->cancelled();
-  };
-  if (cancelled()) return CancelledByCaller();
+  if (call.cancelled()) return CancelledByCaller();
   TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
                              MatrixBytes(input.dtype, input.shape));
   if (input.data.size() != bytes) {
@@ -262,7 +256,7 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   const absl::Time deadline = DeadlineAfter(call.timeout);
   absl::Duration backoff = options_.initial_backoff;
   for (int attempt = 1;; ++attempt) {
-    if (cancelled()) return CancelledByCaller();
+    if (call.cancelled()) return CancelledByCaller();
     RetryAdvice advice;
     absl::StatusOr<TransposeStats> stats =
         unary ? Unary(input, output, call, deadline, advice)
@@ -270,7 +264,7 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     if (stats.ok()) return stats;
     // Whatever the failed attempt reported (CANCELLED from gRPC, or a write
     // refused on the cancelled stream), the caller ended it.
-    if (cancelled()) return CancelledByCaller();
+    if (call.cancelled()) return CancelledByCaller();
     if (!Retriable(stats.status(), advice)) return stats;
     if (attempt >= options_.max_attempts) {
       return GaveUp(stats.status(), attempt, "attempts");

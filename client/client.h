@@ -139,6 +139,10 @@ struct CallOptions {
   std::function<void(const TransferProgress&)> on_progress;
   // Ends the call CANCELLED when cancelled; must outlive the call.
   CallCanceller* canceller = nullptr;
+
+  bool cancelled() const {
+    return canceller != nullptr && canceller->cancelled();
+  }
 };
 
 struct TransposeResult {
