@@ -15,9 +15,6 @@
 #include "absl/algorithm/container.h"
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -34,6 +31,7 @@
 #include "client/progress_bar.h"
 #include "client/stop_on_signal.h"
 #include "proto/convert.h"
+#include "server/core/command_line.h"
 #include "server/core/files.h"
 #include "server/core/process.h"
 
@@ -578,16 +576,11 @@ int RunBenchCommand() {
 int main(int argc, char** argv) {
   transpose::SetUpProcess();
   transpose::RemoveTemporaryFilesOnSignal();
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "client/cli_main.cc");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  usage.version_string = [] {
-    return std::string("transpose " TRANSPOSE_VERSION "\n");
-  };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
+  transpose::ProgramUsage usage;
+  usage.name = "transpose";
+  usage.version = TRANSPOSE_VERSION;
+  usage.main_source_suffix = "client/cli_main.cc";
+  usage.usage_message =
       "Client of the transpose service.\n"
       "Usage: transpose COMMAND [flags], where COMMAND is one of\n"
       "  transpose --in A.npy --out B.npy       transpose a matrix (or a 3-D "
@@ -599,8 +592,9 @@ int main(int argc, char** argv) {
       "  bench [--concurrency N] [--duration D | --count N] [--shape RxC] "
       "[--dtype T]\n"
       "Common flags: --server TARGET --deadline D --token_file F --tls "
-      "[--tls_ca F --tls_cert F --tls_key F]");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+      "[--tls_ca F --tls_cert F --tls_key F]";
+  const std::vector<char*> positional =
+      transpose::ParseCommandLine(argc, argv, usage);
   if (positional.size() != 2) {
     return transpose::Usage(
         "expected one command: transpose, info, health or bench");

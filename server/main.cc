@@ -18,9 +18,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +27,7 @@
 #include "absl/time/time.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/core/command_line.h"
 #include "server/core/files.h"
 #include "server/core/host_port.h"
 #include "server/core/log.h"
@@ -559,22 +557,16 @@ int Run() {
 
 int main(int argc, char** argv) {
   transpose::SetUpProcess();
-  // --help lists this file's flags (the library's own, e.g. absl's, stay under
-  // --helpfull).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "server/main.cc");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  usage.version_string = [] {
-    return std::string("transpose_server " TRANSPOSE_VERSION "\n");
-  };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
+  transpose::ProgramUsage usage;
+  usage.name = "transpose_server";
+  usage.version = TRANSPOSE_VERSION;
+  usage.main_source_suffix = "server/main.cc";
+  usage.usage_message =
       "Serves matrix transposes over gRPC on GPUs (or the CPU).\n"
-      "Usage: transpose_server [--address=HOST:PORT] [--backend=auto|cuda|cpu] "
-      "...");
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+      "Usage: transpose_server [--address=HOST:PORT] "
+      "[--backend=auto|cuda|cpu] ...";
+  const std::vector<char*> positional =
+      transpose::ParseCommandLine(argc, argv, usage);
   if (positional.size() > 1) {
     std::fprintf(stderr,
                  "unexpected argument '%s': expected only flags, "

@@ -22,8 +22,9 @@ ARGS = None
 
 def flags_of(binary):
     """Flag names that `binary --help` lists."""
-    out = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
-    return set(re.findall(r"^\s+--(\w+) \(", out, re.M))
+    run = subprocess.run([binary, "--help"], capture_output=True, text=True)
+    assert run.returncode == 0, binary + ": " + run.stderr
+    return set(re.findall(r"^\s+--(\w+) \(", run.stdout, re.M))
 
 
 def flag_uses(args):
@@ -49,6 +50,27 @@ class DeployTest(unittest.TestCase):
             assert out.returncode == 0, overlay + ": " + out.stderr
             cls.rendered[os.path.basename(overlay)] = (out.stdout,
                                                        list(yaml.safe_load_all(out.stdout)))
+
+    def test_help_and_version_end_with_exit_code_0(self):
+        """Scripts and package checks call --help and --version: both print to stdout and
+        succeed (Abseil 20220623's own parser exits 1 after --help); an unknown flag still
+        fails."""
+        for binary, name in ((ARGS.server, "transpose_server"), (ARGS.cli, "transpose")):
+            for flag in ("--help", "--helpfull", "--help=drain", "--version"):
+                run = subprocess.run([binary, flag], capture_output=True, text=True, timeout=60)
+                self.assertEqual(run.returncode, 0, f"{name} {flag}: {run.stderr}")
+                self.assertEqual(run.stderr, "", f"{name} {flag}")
+                if flag == "--version":
+                    self.assertRegex(run.stdout, r"^%s \d+\.\d+\.\d+\n$" % name)
+                else:
+                    self.assertTrue(run.stdout.startswith(name + ": "), run.stdout[:200])
+            unknown = subprocess.run([binary, "--no_such_flag"], capture_output=True, text=True,
+                                     timeout=60)
+            self.assertEqual(unknown.returncode, 1, name)
+            self.assertIn("no_such_flag", unknown.stderr)
+            self.assertEqual(unknown.stdout, "")
+        self.assertIn("--drain_seconds (", subprocess.run(
+            [ARGS.server, "--help=drain"], capture_output=True, text=True).stdout)
 
     def server_default(self, flag):
         out = subprocess.run([ARGS.server, "--help"], capture_output=True, text=True).stdout

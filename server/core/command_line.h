@@ -1,0 +1,31 @@
+// Command-line parsing shared by the shipped programs (transpose_server and the
+// transpose CLI): Abseil's flags, with the usage flags ending the program the
+// way scripts expect.
+#ifndef TRANSPOSE_SERVER_CORE_COMMAND_LINE_H_
+#define TRANSPOSE_SERVER_CORE_COMMAND_LINE_H_
+
+#include <string>
+#include <vector>
+
+namespace transpose {
+
+struct ProgramUsage {
+  // The program's name as --version prints it: "<name> <version>".
+  std::string name;
+  std::string version;
+  // --help and --helpshort list the flags defined in source files whose path
+  // ends with this (the program's main.cc); --helpfull lists every flag.
+  std::string main_source_suffix;
+  std::string usage_message;
+};
+
+// Parses argv's flags and returns the remaining arguments, argv[0] first.
+// --help, --helpshort, --helpfull, --helppackage, --helpon and --version print
+// to stdout and exit 0. A flag Abseil's parser rejects (unknown, or a value
+// that does not parse) prints its message and exits 1.
+std::vector<char*> ParseCommandLine(int argc, char** argv,
+                                    const ProgramUsage& usage);
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_CORE_COMMAND_LINE_H_
