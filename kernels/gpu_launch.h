@@ -46,6 +46,40 @@ bool CanUseWords(const TransposeArgs& args);
 // Whether kSkewed can run `args`: 4- or 8-byte elements.
 bool CanSkew(const TransposeArgs& args);
 
+// How a kernel walks its tiles and loads its input; AUTO picks it per shape
+// (kernels/gpu_transpose.cc). Only the kernels AUTO runs take it
+// (SupportsTuning); the classic kernels run the default.
+struct Tuning {
+  // Groups of kTileRowGroup tile rows, each walked column by column, instead
+  // of whole tile columns one after another.
+  bool grouped_tile_rows = false;
+  // Input loads marked evict-last in L2.
+  bool input_evict_last = false;
+
+  bool operator==(const Tuning& other) const {
+    return grouped_tile_rows == other.grouped_tile_rows &&
+           input_evict_last == other.input_evict_last;
+  }
+};
+inline constexpr int kTileRowGroup = 32;
+
+// Every tuning, in the order tables list them.
+inline constexpr Tuning kAllTunings[] = {
+    {false, false}, {false, true}, {true, false}, {true, true}};
+
+// "column-major", "column-major, evict-last input", "groups of 32 tile rows",
+// "groups of 32 tile rows, evict-last input".
+const char* TuningNameOf(const Tuning& tuning);
+
+// The kernel AUTO picks for `args`, and the tuning it launches it with
+// (gpu_transpose.cc).
+Kernel AutoKernel(const TransposeArgs& args);
+Tuning AutoTuning(Kernel kernel, const TransposeArgs& args);
+
+// Whether `kernel` runs tunings other than the default: padded_64x8, vector
+// and word.
+bool SupportsTuning(Kernel kernel);
+
 // Dynamic shared memory `kernel` needs per block for `element_size`-byte
 // elements.
 size_t SharedMemoryBytes(Kernel kernel, size_t element_size);
@@ -54,9 +88,11 @@ size_t SharedMemoryBytes(Kernel kernel, size_t element_size);
 // the context with a sticky cudaErrorIllegalAddress.
 int LaunchFaultForTesting(void* stream);
 
-// Launches `kernel` on `stream`; returns the cudaError_t of the launch as an
-// int (0 on success).
-int Launch(Kernel kernel, const TransposeArgs& args, void* stream);
+// Launches `kernel` with `tuning` on `stream`; returns the cudaError_t of the
+// launch as an int (0 on success; cudaErrorInvalidValue for a tuning the kernel
+// does not support).
+int Launch(Kernel kernel, const TransposeArgs& args, void* stream,
+           const Tuning& tuning = {});
 
 }  // namespace transpose::kernels::internal
 

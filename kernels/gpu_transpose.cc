@@ -13,6 +13,29 @@ namespace {
 
 using internal::Kernel;
 
+absl::StatusOr<Kernel> KernelFor(Algorithm algorithm,
+                                 const TransposeArgs& args) {
+  switch (algorithm) {
+    case Algorithm::kAuto:
+      return internal::AutoKernel(args);
+    case Algorithm::kNaive:
+      return Kernel::kNaive;
+    case Algorithm::kShared:
+      return Kernel::kShared;
+    case Algorithm::kPadded32:
+      return Kernel::kPadded32;
+    case Algorithm::kPadded64:
+      return Kernel::kPadded64;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("algorithm %d is unknown", static_cast<int>(algorithm)));
+}
+
+}  // namespace
+
+namespace internal {
+namespace {
+
 // Fraction of the matrix covered by whole tile_rows x tile_cols tiles.
 double FullTileFraction(const TransposeArgs& args, uint64_t tile_rows,
                         uint64_t tile_cols) {
@@ -27,6 +50,8 @@ double FullTileFraction(const TransposeArgs& args, uint64_t tile_rows,
 bool OutputRowsSectorAligned(const TransposeArgs& args) {
   return args.rows * args.element_size % 32 == 0;
 }
+
+}  // namespace
 
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): the word
 // kernel for bytes, the vector kernel for 2- and 16-byte elements where its
@@ -57,27 +82,32 @@ Kernel AutoKernel(const TransposeArgs& args) {
   }
 }
 
-absl::StatusOr<Kernel> KernelFor(Algorithm algorithm,
-                                 const TransposeArgs& args) {
-  switch (algorithm) {
-    case Algorithm::kAuto:
-      return AutoKernel(args);
-    case Algorithm::kNaive:
-      return Kernel::kNaive;
-    case Algorithm::kShared:
-      return Kernel::kShared;
-    case Algorithm::kPadded32:
-      return Kernel::kPadded32;
-    case Algorithm::kPadded64:
-      return Kernel::kPadded64;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrFormat("algorithm %d is unknown", static_cast<int>(algorithm)));
+// AUTO's tuning, from transpose_bench on the H200 (docs/BENCHMARKS.md, attempt
+// 24), against the default column-major walk with plain loads:
+// - Evict-last input for 2- to 16-byte elements once a launch moves 128 MiB
+//   (about twice the L2): 0.7 to 2.9 points more on every such case. Smaller
+//   matrices, whose output can stay in L2, lost up to 5 points (4-byte
+//   4096²), and the 1-byte word kernel loses 0.2 to 2.2 points at every size.
+// - Groups of tile rows for 8- and 16-byte elements where input and output
+//   rows are both 128 KiB long: narrow column bands of such rows read 7-11%
+//   slower than wide ones (attempts 14 and 15), and the groups' wider read
+//   bands gain more than their shorter write runs cost: 16-byte 8192² 2.9
+//   points, 8-byte 16384² 1.5. At 64 and 256 KiB rows the groups lose 2.5 to
+//   9 points, and so they do for 4-byte 32768² and 2-byte 65536² (8 and 12
+//   points), whose rows are 128 KiB too but whose tiles are 256 B wide.
+Tuning AutoTuning(Kernel kernel, const TransposeArgs& args) {
+  Tuning tuning;
+  if (!SupportsTuning(kernel) || args.element_size < 2) return tuning;
+  constexpr uint64_t kEvictLastFromBytes = uint64_t{128} << 20;
+  constexpr uint64_t kGroupedRowBytes = uint64_t{128} << 10;
+  tuning.input_evict_last = args.bytes() >= kEvictLastFromBytes;
+  tuning.grouped_tile_rows =
+      args.element_size >= 8 &&
+      args.cols * args.element_size == kGroupedRowBytes &&
+      args.rows * args.element_size == kGroupedRowBytes;
+  return tuning;
 }
 
-}  // namespace
-
-namespace internal {
 const char* KernelNameOf(Kernel kernel) {
   switch (kernel) {
     case Kernel::kNaive:
@@ -158,7 +188,10 @@ absl::Status LaunchTranspose(Algorithm algorithm, const TransposeArgs& args,
                              void* cuda_stream) {
   absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
   if (!kernel.ok()) return kernel.status();
-  const int error = internal::Launch(*kernel, args, cuda_stream);
+  const internal::Tuning tuning = algorithm == Algorithm::kAuto
+                                      ? internal::AutoTuning(*kernel, args)
+                                      : internal::Tuning{};
+  const int error = internal::Launch(*kernel, args, cuda_stream, tuning);
   return CudaStatus(
       static_cast<cudaError_t>(error),
       absl::StrFormat("launching %s", internal::KernelNameOf(*kernel)));

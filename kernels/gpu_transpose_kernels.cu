@@ -10,11 +10,14 @@
 // column): the blocks in flight together then write whole output rows
 // one after another, and scatter their reads instead. Writes scattered over
 // DRAM pages cost more than reads: on the H200 this order took 4-byte 16384²
-// from 93% to 97% of memcpy and 2-byte 16384² from 88% to 95%.
+// from 93% to 97% of memcpy and 2-byte 16384² from 88% to 95%. The kernels
+// AUTO runs also take a Tuning (gpu_launch.h): groups of tile rows instead of
+// whole tile columns, and evict-last input loads.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cuda/annotated_ptr>
 
 #include "kernels/gpu_launch.h"
 
@@ -40,17 +43,46 @@ struct Tile {
   uint64_t offset;      // Of the block's matrix in the batch, in elements.
 };
 
-template <int kTileRows, int kTileCols>
+// kGroup = 0 walks the tiles column-major (blockIdx.x runs down a tile column,
+// blockIdx.y across). kGroup > 0 walks groups of kGroup tile rows, each group
+// column by column: the blocks in flight then read wider column bands of
+// fewer rows and write shorter runs of more output rows.
+template <int kTileRows, int kTileCols, int kGroup = 0>
 __device__ __forceinline__ Tile LocateTile(uint64_t rows, uint64_t cols,
                                            uint64_t col_tile0,
                                            uint64_t batch0) {
+  uint64_t row_tile = blockIdx.x, col_tile = blockIdx.y;
+  if constexpr (kGroup > 0) {
+    const uint64_t linear = blockIdx.x + uint64_t{blockIdx.y} * gridDim.x;
+    const uint64_t per_group = uint64_t{kGroup} * gridDim.y;
+    const uint64_t group = linear / per_group, within = linear % per_group;
+    const uint64_t group_rows =
+        min(uint64_t{kGroup}, gridDim.x - group * kGroup);
+    row_tile = group * kGroup + within % group_rows;
+    col_tile = within / group_rows;
+  }
   Tile t;
-  t.row0 = uint64_t{blockIdx.x} * kTileRows;
-  t.col0 = (col_tile0 + blockIdx.y) * kTileCols;
+  t.row0 = row_tile * kTileRows;
+  t.col0 = (col_tile0 + col_tile) * kTileCols;
   t.rows = static_cast<uint32_t>(min(uint64_t{kTileRows}, rows - t.row0));
   t.cols = static_cast<uint32_t>(min(uint64_t{kTileCols}, cols - t.col0));
   t.offset = (batch0 + blockIdx.z) * rows * cols;
   return t;
+}
+
+// A load of the input. With kEvictLast the line is marked evict-last in L2
+// (libcu++'s "persisting" property). The input is read once, so this keeps no
+// data for reuse; it changes which lines L2 evicts first, the output's dirty
+// lines, and so when the writes reach DRAM among the reads (measured in
+// docs/BENCHMARKS.md, attempt 24).
+template <bool kEvictLast, typename T>
+__device__ __forceinline__ T LoadInput(const T* p) {
+  if constexpr (kEvictLast) {
+    return cuda::annotated_ptr<const T, cuda::access_property::persisting>(
+        p)[0];
+  } else {
+    return *p;
+  }
 }
 
 // Coalesced reads, strided writes: a warp reads one 128-byte line of a row but
@@ -76,21 +108,24 @@ __global__ void __launch_bounds__(kTile* kBlockRows)
 // tile column touches one bank per element, a 32-way conflict for 4-byte
 // elements. kPad = 1 shifts each row by one bank, so a column spans all 32
 // banks and the kernel runs near copy speed.
-template <typename T, int kTile, int kBlockRows, int kPad>
+template <typename T, int kTile, int kBlockRows, int kPad, int kGroup = 0,
+          bool kEvictLast = false>
 __global__ void __launch_bounds__(kTile* kBlockRows)
     TiledTranspose(const T* __restrict__ in, T* __restrict__ out, uint64_t rows,
                    uint64_t cols, uint64_t col_tile0, uint64_t batch0) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* tile = reinterpret_cast<T*>(shared_bytes);
   constexpr int kStride = kTile + kPad;
-  const Tile t = LocateTile<kTile, kTile>(rows, cols, col_tile0, batch0);
+  const Tile t =
+      LocateTile<kTile, kTile, kGroup>(rows, cols, col_tile0, batch0);
   const T* src = in + t.offset + t.row0 * cols + t.col0;
   T* dst = out + t.offset + t.col0 * rows + t.row0;
   const uint32_t x = threadIdx.x;
   if (t.rows == kTile && t.cols == kTile) {
 #pragma unroll
     for (int j = 0; j < kTile; j += kBlockRows) {
-      tile[(threadIdx.y + j) * kStride + x] = src[(threadIdx.y + j) * cols + x];
+      tile[(threadIdx.y + j) * kStride + x] =
+          LoadInput<kEvictLast>(src + (threadIdx.y + j) * cols + x);
     }
     __syncthreads();
     // Output row = input column, output column = input row.
@@ -102,7 +137,8 @@ __global__ void __launch_bounds__(kTile* kBlockRows)
 #pragma unroll
     for (int j = 0; j < kTile; j += kBlockRows) {
       const uint32_t r = threadIdx.y + j;
-      if (r < t.rows && x < t.cols) tile[r * kStride + x] = src[r * cols + x];
+      if (r < t.rows && x < t.cols)
+        tile[r * kStride + x] = LoadInput<kEvictLast>(src + r * cols + x);
     }
     __syncthreads();
 #pragma unroll
@@ -144,7 +180,8 @@ __device__ __forceinline__ uint4 Pack(const Element16 (&e)[1]) {
 // 512 bytes per instruction either way, and 2-byte elements no longer cost a
 // global instruction each. Needs rows and columns whose byte lengths are
 // multiples of 16.
-template <typename T, int TR, int TC, int NT>
+template <typename T, int TR, int TC, int NT, int kGroup = 0,
+          bool kEvictLast = false>
 __global__ void __launch_bounds__(NT)
     VectorTranspose(const T* __restrict__ in, T* __restrict__ out,
                     uint64_t rows, uint64_t cols, uint64_t col_tile0,
@@ -161,7 +198,7 @@ __global__ void __launch_bounds__(NT)
                 TC % A == 0);
   __shared__ __align__(16) uint4 tile[TR * CH];
   T* const elements = reinterpret_cast<T*>(tile);
-  const Tile t = LocateTile<TR, TC>(rows, cols, col_tile0, batch0);
+  const Tile t = LocateTile<TR, TC, kGroup>(rows, cols, col_tile0, batch0);
   const T* src = in + t.offset + t.row0 * cols + t.col0;
   T* dst = out + t.offset + t.col0 * rows + t.row0;
   if (t.rows == TR && t.cols == TC) {
@@ -170,7 +207,8 @@ __global__ void __launch_bounds__(NT)
     for (int i = 0; i < NV_IN / NT;
          ++i) {  // Every load in flight before the first store.
       const int idx = threadIdx.x + i * NT, r = idx / CH, ch = idx % CH;
-      v[i] = *reinterpret_cast<const uint4*>(src + r * cols + ch * E);
+      v[i] = LoadInput<kEvictLast>(
+          reinterpret_cast<const uint4*>(src + r * cols + ch * E));
     }
 #pragma unroll
     for (int i = 0; i < NV_IN / NT; ++i) {
@@ -198,7 +236,7 @@ __global__ void __launch_bounds__(NT)
       const int r = idx / TC, c = idx % TC;
       if (r < t.rows && c < t.cols) {
         elements[(r * CH + SwizzledChunk<E>(r, c / E)) * E + c % E] =
-            src[r * cols + c];
+            LoadInput<kEvictLast>(src + r * cols + c);
       }
     }
     __syncthreads();
@@ -217,7 +255,7 @@ __global__ void __launch_bounds__(NT)
 // (__byte_perm), so every global and shared access moves a word instead of a
 // byte. Shared words are XOR-swizzled by row group. Needs rows and columns that
 // are multiples of 4; `rows` and `cols` here count bytes.
-template <int TR, int TW, int NT>
+template <int TR, int TW, int NT, int kGroup = 0, bool kEvictLast = false>
 __global__ void __launch_bounds__(NT)
     WordTranspose(const uint32_t* __restrict__ in, uint32_t* __restrict__ out,
                   uint64_t rows, uint64_t cols, uint64_t col_tile0,
@@ -227,7 +265,7 @@ __global__ void __launch_bounds__(NT)
                 (TW * G) % NT == 0);
   __shared__ uint32_t tile[TR * TW];
   const uint64_t words = cols / 4, out_words = rows / 4;
-  const Tile t = LocateTile<TR, TW>(rows, words, col_tile0, batch0);
+  const Tile t = LocateTile<TR, TW, kGroup>(rows, words, col_tile0, batch0);
   const uint32_t* src = in + t.offset + t.row0 * words + t.col0;
   uint32_t* dst = out + t.offset + t.col0 * 4 * out_words + t.row0 / 4;
   const bool full = t.rows == TR && t.cols == TW;
@@ -235,7 +273,9 @@ __global__ void __launch_bounds__(NT)
 #pragma unroll
   for (int i = 0; i < TR * TW / NT; ++i) {
     const int idx = threadIdx.x + i * NT, r = idx / TW, w = idx % TW;
-    v[i] = full || (r < t.rows && w < t.cols) ? src[r * words + w] : 0;
+    v[i] = full || (r < t.rows && w < t.cols)
+               ? LoadInput<kEvictLast>(src + r * words + w)
+               : 0;
   }
 #pragma unroll
   for (int i = 0; i < TR * TW / NT; ++i) {
@@ -348,6 +388,17 @@ LaunchShape ShapeOf(Kernel kernel) {
   return {32, 8, 1};
 }
 
+// The instantiation of a tunable kernel for `tuning`: Kernel<kGroup,
+// kEvictLast> names it for each combination.
+template <typename Function>
+Function ForTuning(const Tuning& tuning, Function plain, Function evict_last,
+                   Function grouped, Function grouped_evict_last) {
+  if (tuning.grouped_tile_rows) {
+    return tuning.input_evict_last ? grouped_evict_last : grouped;
+  }
+  return tuning.input_evict_last ? evict_last : plain;
+}
+
 // Launches `kernel_fn` over `row_tiles` x `col_tiles` tiles per matrix, row
 // tiles along grid x (the column-major walk), in grids of at most 65535 tile
 // columns and batch entries each.
@@ -373,7 +424,7 @@ cudaError_t LaunchGrids(Function kernel_fn, dim3 block, size_t shared,
 
 template <typename T>
 cudaError_t LaunchTyped(Kernel kernel, const TransposeArgs& args,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const Tuning& tuning) {
   const LaunchShape shape = ShapeOf(kernel);
   const T* in = static_cast<const T*>(args.input);
   T* out = static_cast<T*>(args.output);
@@ -394,7 +445,10 @@ cudaError_t LaunchTyped(Kernel kernel, const TransposeArgs& args,
       function = TiledTranspose<T, 64, 16, 1>;
       break;
     case Kernel::kPadded64x8:
-      function = TiledTranspose<T, 64, 8, 1>;
+      function = ForTuning(tuning, TiledTranspose<T, 64, 8, 1, 0, false>,
+                           TiledTranspose<T, 64, 8, 1, 0, true>,
+                           TiledTranspose<T, 64, 8, 1, kTileRowGroup, false>,
+                           TiledTranspose<T, 64, 8, 1, kTileRowGroup, true>);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -435,21 +489,32 @@ struct VectorShape<Element16> {
 };
 
 template <typename T>
-cudaError_t LaunchVector(const TransposeArgs& args, cudaStream_t stream) {
+cudaError_t LaunchVector(const TransposeArgs& args, cudaStream_t stream,
+                         const Tuning& tuning) {
   constexpr int kRows = VectorShape<T>::kRows, kCols = VectorShape<T>::kCols,
-                kThreads = 256;
-  return LaunchGrids(VectorTranspose<T, kRows, kCols, kThreads>, dim3(kThreads),
-                     0, stream, static_cast<const T*>(args.input),
-                     static_cast<T*>(args.output), args.batch, args.rows,
-                     args.cols, CeilDiv(args.rows, kRows),
-                     CeilDiv(args.cols, kCols));
+                kThreads = 256, kG = kTileRowGroup;
+  const auto function =
+      ForTuning(tuning, VectorTranspose<T, kRows, kCols, kThreads, 0, false>,
+                VectorTranspose<T, kRows, kCols, kThreads, 0, true>,
+                VectorTranspose<T, kRows, kCols, kThreads, kG, false>,
+                VectorTranspose<T, kRows, kCols, kThreads, kG, true>);
+  return LaunchGrids(
+      function, dim3(kThreads), 0, stream, static_cast<const T*>(args.input),
+      static_cast<T*>(args.output), args.batch, args.rows, args.cols,
+      CeilDiv(args.rows, kRows), CeilDiv(args.cols, kCols));
 }
 
-cudaError_t LaunchWord(const TransposeArgs& args, cudaStream_t stream) {
-  constexpr int kRows = 128, kWords = 32, kThreads = 512;
+cudaError_t LaunchWord(const TransposeArgs& args, cudaStream_t stream,
+                       const Tuning& tuning) {
+  constexpr int kRows = 128, kWords = 32, kThreads = 512, kG = kTileRowGroup;
+  const auto function =
+      ForTuning(tuning, WordTranspose<kRows, kWords, kThreads, 0, false>,
+                WordTranspose<kRows, kWords, kThreads, 0, true>,
+                WordTranspose<kRows, kWords, kThreads, kG, false>,
+                WordTranspose<kRows, kWords, kThreads, kG, true>);
   // The kernel takes byte counts; its tiles are kRows x kWords words.
-  return LaunchGrids(WordTranspose<kRows, kWords, kThreads>, dim3(kThreads), 0,
-                     stream, static_cast<const uint32_t*>(args.input),
+  return LaunchGrids(function, dim3(kThreads), 0, stream,
+                     static_cast<const uint32_t*>(args.input),
                      static_cast<uint32_t*>(args.output), args.batch, args.rows,
                      args.cols, CeilDiv(args.rows, kRows),
                      CeilDiv(args.cols / 4, kWords));
@@ -511,25 +576,43 @@ size_t SharedMemoryBytes(Kernel kernel, size_t element_size) {
          element_size;
 }
 
-int Launch(Kernel kernel, const TransposeArgs& args, void* stream) {
+bool SupportsTuning(Kernel kernel) {
+  return kernel == Kernel::kPadded64x8 || kernel == Kernel::kVector ||
+         kernel == Kernel::kWord;
+}
+
+const char* TuningNameOf(const Tuning& tuning) {
+  if (tuning.grouped_tile_rows) {
+    return tuning.input_evict_last ? "groups of 32 tile rows, evict-last input"
+                                   : "groups of 32 tile rows";
+  }
+  return tuning.input_evict_last ? "column-major, evict-last input"
+                                 : "column-major";
+}
+
+int Launch(Kernel kernel, const TransposeArgs& args, void* stream,
+           const Tuning& tuning) {
   cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
+  if (!SupportsTuning(kernel) && !(tuning == Tuning{})) {
+    return cudaErrorInvalidValue;
+  }
   if (kernel == Kernel::kVector) {
     if (!CanVectorize(args)) return cudaErrorInvalidValue;
     switch (args.element_size) {
       case 2:
-        return LaunchVector<uint16_t>(args, cuda_stream);
+        return LaunchVector<uint16_t>(args, cuda_stream, tuning);
       case 4:
-        return LaunchVector<uint32_t>(args, cuda_stream);
+        return LaunchVector<uint32_t>(args, cuda_stream, tuning);
       case 8:
-        return LaunchVector<Element8>(args, cuda_stream);
+        return LaunchVector<Element8>(args, cuda_stream, tuning);
       case 16:
-        return LaunchVector<Element16>(args, cuda_stream);
+        return LaunchVector<Element16>(args, cuda_stream, tuning);
     }
     return cudaErrorInvalidValue;
   }
   if (kernel == Kernel::kWord) {
     if (!CanUseWords(args)) return cudaErrorInvalidValue;
-    return LaunchWord(args, cuda_stream);
+    return LaunchWord(args, cuda_stream, tuning);
   }
   if (kernel == Kernel::kSkewed) {
     switch (args.element_size) {
@@ -542,15 +625,15 @@ int Launch(Kernel kernel, const TransposeArgs& args, void* stream) {
   }
   switch (args.element_size) {
     case 1:
-      return LaunchTyped<uint8_t>(kernel, args, cuda_stream);
+      return LaunchTyped<uint8_t>(kernel, args, cuda_stream, tuning);
     case 2:
-      return LaunchTyped<uint16_t>(kernel, args, cuda_stream);
+      return LaunchTyped<uint16_t>(kernel, args, cuda_stream, tuning);
     case 4:
-      return LaunchTyped<uint32_t>(kernel, args, cuda_stream);
+      return LaunchTyped<uint32_t>(kernel, args, cuda_stream, tuning);
     case 8:
-      return LaunchTyped<uint64_t>(kernel, args, cuda_stream);
+      return LaunchTyped<uint64_t>(kernel, args, cuda_stream, tuning);
     case 16:
-      return LaunchTyped<Element16>(kernel, args, cuda_stream);
+      return LaunchTyped<Element16>(kernel, args, cuda_stream, tuning);
   }
   return cudaErrorInvalidValue;
 }

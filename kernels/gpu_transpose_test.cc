@@ -47,7 +47,8 @@ std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
 // returns the first mismatch against the CPU transpose, or "".
 template <typename Kernel>
 std::string RunAndCompare(Kernel kernel, size_t element_size,
-                          const Shape& shape) {
+                          const Shape& shape,
+                          const internal::Tuning& tuning = {}) {
   TransposeArgs args{element_size, shape.batch, shape.rows,
                      shape.cols,   nullptr,     nullptr};
   const size_t bytes = args.bytes();
@@ -80,7 +81,7 @@ std::string RunAndCompare(Kernel kernel, size_t element_size,
       error = s.ToString();
     }
   } else if (cudaError_t e = static_cast<cudaError_t>(
-                 internal::Launch(kernel, args, nullptr));
+                 internal::Launch(kernel, args, nullptr, tuning));
              e != cudaSuccess) {
     error = cudaGetErrorString(e);
   }
@@ -148,18 +149,25 @@ class GpuInternalKernelTest : public ::testing::TestWithParam<InternalCase> {
   }
 };
 
-TEST_P(GpuInternalKernelTest, MatchesCpuReference) {
-  const auto& [kernel, element_size, shape] = GetParam();
-  // Aligned stand-ins: only the shape decides here.
+// Whether `kernel` takes `shape` (with aligned buffers: only the shape
+// decides).
+bool KernelTakes(internal::Kernel kernel, size_t element_size,
+                 const Shape& shape) {
   const TransposeArgs probe{element_size,
                             shape.batch,
                             shape.rows,
                             shape.cols,
                             reinterpret_cast<void*>(256),
                             reinterpret_cast<void*>(uintptr_t{1} << 40)};
-  if ((kernel == internal::Kernel::kVector && !internal::CanVectorize(probe)) ||
+  return !(
+      (kernel == internal::Kernel::kVector && !internal::CanVectorize(probe)) ||
       (kernel == internal::Kernel::kWord && !internal::CanUseWords(probe)) ||
-      (kernel == internal::Kernel::kSkewed && !internal::CanSkew(probe))) {
+      (kernel == internal::Kernel::kSkewed && !internal::CanSkew(probe)));
+}
+
+TEST_P(GpuInternalKernelTest, MatchesCpuReference) {
+  const auto& [kernel, element_size, shape] = GetParam();
+  if (!KernelTakes(kernel, element_size, shape)) {
     GTEST_SKIP() << "this kernel does not take this shape";
   }
   EXPECT_EQ(RunAndCompare(kernel, element_size, shape), "");
@@ -188,6 +196,100 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{1, 4097, 4099},
                                          Shape{2, 129, 4095})),
     InternalCaseName);
+
+// The tunable kernels under each tuning other than the default, on shapes
+// whose tile rows fill several groups and leave a partial one (4097 rows: 65
+// tile rows of 64, 33 of 128), with partial edge tiles and batches.
+using TunedCase = std::tuple<internal::Kernel, internal::Tuning, size_t, Shape>;
+
+class GpuTunedKernelTest : public ::testing::TestWithParam<TunedCase> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  }
+};
+
+TEST_P(GpuTunedKernelTest, MatchesCpuReference) {
+  const auto& [kernel, tuning, element_size, shape] = GetParam();
+  if (!KernelTakes(kernel, element_size, shape)) {
+    GTEST_SKIP() << "this kernel does not take this shape";
+  }
+  EXPECT_EQ(RunAndCompare(kernel, element_size, shape, tuning), "");
+}
+
+std::string TunedCaseName(const ::testing::TestParamInfo<TunedCase>& info) {
+  const auto& [kernel, tuning, element_size, shape] = info.param;
+  return absl::StrCat(internal::KernelNameOf(kernel),
+                      tuning.grouped_tile_rows ? "_grouped" : "",
+                      tuning.input_evict_last ? "_evictlast" : "", "_",
+                      element_size, "B_", shape.batch, "x", shape.rows, "x",
+                      shape.cols);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TunedKernels, GpuTunedKernelTest,
+    ::testing::Combine(
+        ::testing::Values(internal::Kernel::kVector, internal::Kernel::kWord,
+                          internal::Kernel::kPadded64x8),
+        ::testing::Values(internal::Tuning{false, true},
+                          internal::Tuning{true, false},
+                          internal::Tuning{true, true}),
+        ::testing::Values(1, 2, 4, 8, 16),
+        ::testing::Values(Shape{1, 4097, 4099}, Shape{1, 4096, 2048},
+                          Shape{3, 2056, 136}, Shape{2, 129, 4095},
+                          Shape{1, 31, 33}, Shape{70000, 8, 8})),
+    TunedCaseName);
+
+// AUTO's tuning is a function of the shape alone (no device needed); the
+// figures behind it are in docs/BENCHMARKS.md.
+TEST(AutoTuningTest, EvictLastFrom128MiBAndGroupsFor128KiBRows) {
+  const auto tuning = [](size_t element_size, uint64_t batch, uint64_t rows,
+                         uint64_t cols) {
+    const TransposeArgs args{element_size,
+                             batch,
+                             rows,
+                             cols,
+                             reinterpret_cast<void*>(256),
+                             reinterpret_cast<void*>(uintptr_t{1} << 40)};
+    return internal::AutoTuning(internal::AutoKernel(args), args);
+  };
+  // Under 128 MiB: the default.
+  EXPECT_EQ(tuning(4, 1, 4096, 4096), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(2, 4096, 64, 64), (internal::Tuning{false, false}));
+  // From 128 MiB, for 2- to 16-byte elements, batches included.
+  EXPECT_EQ(tuning(2, 1, 8192, 8192), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(8, 1, 4096, 4096), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(4, 1, 16384, 16384), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(16, 1, 16384, 16384), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(2, 16, 2048, 2048), (internal::Tuning{false, true}));
+  // Never for the 1-byte word kernel, nor for the skewed or padded_32
+  // kernels, which take no tuning.
+  EXPECT_EQ(tuning(1, 1, 16384, 16384), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(4, 1, 12345, 6789), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(4, 64, 511, 513), (internal::Tuning{false, false}));
+  // Groups for 8- and 16-byte elements where input and output rows are both
+  // 128 KiB.
+  EXPECT_EQ(tuning(8, 1, 16384, 16384), (internal::Tuning{true, true}));
+  EXPECT_EQ(tuning(16, 1, 8192, 8192), (internal::Tuning{true, true}));
+  EXPECT_EQ(tuning(8, 1, 16384, 8192), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(4, 1, 32768, 32768), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(2, 1, 65536, 65536), (internal::Tuning{false, true}));
+}
+
+// Refused before anything reaches the device.
+TEST(TuningTest, TheClassicKernelsRefuseTunings) {
+  const TransposeArgs args{4, 1, 64, 64, nullptr, nullptr};
+  for (internal::Kernel kernel :
+       {internal::Kernel::kNaive, internal::Kernel::kShared,
+        internal::Kernel::kPadded32, internal::Kernel::kPadded64,
+        internal::Kernel::kSkewed}) {
+    EXPECT_FALSE(internal::SupportsTuning(kernel));
+    EXPECT_EQ(
+        internal::Launch(kernel, args, nullptr, internal::Tuning{true, false}),
+        cudaErrorInvalidValue)
+        << internal::KernelNameOf(kernel);
+  }
+}
 
 // Whether the device and the host can hold a `bytes`-byte case: input and
 // output on the device; input, expected and actual on the host.

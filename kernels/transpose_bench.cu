@@ -4,10 +4,12 @@
 // --reps timed runs after warm-up, CUDA events) and the fraction of the memcpy
 // figure: memcpy, the classic kernels, the production kernels AUTO chooses
 // from, cuBLAS geam (4- and 8-byte, loaded at run time if the machine has it)
-// and AUTO. Every result is spot-checked on the device. A Markdown table goes
-// to stdout, the figures as JSON to --json.
+// and AUTO, then AUTO's kernel under each tuning. Every result is spot-checked
+// on the device. A Markdown table goes to stdout, the figures as JSON to
+// --json. --case=TEXT runs only the cases whose label ("8B 16384^2") contains
+// TEXT.
 //
-//   transpose_bench [--json=FILE] [--reps=25] [--quick]
+//   transpose_bench [--json=FILE] [--reps=25] [--quick] [--case=TEXT]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -141,13 +143,19 @@ float Time(const std::function<void()>& launch) {
   return ms[ms.size() / 2];
 }
 
-int Run(const char* json_path, bool quick) {
+int Run(const char* json_path, bool quick, const char* only) {
   std::vector<Case> cases;
   for (uint64_t n : {4096, 8192, 16384}) {
     if (quick && n != 8192) continue;
     for (size_t size : {1, 2, 4, 8, 16}) {
       cases.push_back({std::to_string(n) + "^2", size, 1, n, n});
     }
+  }
+  // The other square shapes with 128 KiB rows, where AUTO walks groups of
+  // tile rows as for 8-byte 16384² and 16-byte 8192² (4 and 8 GiB each way).
+  if (!quick) {
+    cases.push_back({"32768^2", 4, 1, 32768, 32768});
+    cases.push_back({"65536^2", 2, 1, 65536, 65536});
   }
   // Odd shapes: rows start at every alignment. 4-byte is the target case; 8-
   // byte shows the skewed kernel beyond it.
@@ -167,6 +175,19 @@ int Run(const char* json_path, bool quick) {
                      4, batch, n, n + 2});
   }
 
+  if (only != nullptr) {
+    std::vector<Case> chosen;
+    for (const Case& c : cases) {
+      const std::string label = std::to_string(c.size) + "B " + c.name;
+      if (label.find(only) != std::string::npos) chosen.push_back(c);
+    }
+    if (chosen.empty()) {
+      std::fprintf(stderr, "--case=%s matches no case\n", only);
+      return 2;
+    }
+    cases = chosen;
+  }
+
   Cublas cublas;
   cudaDeviceProp properties;
   Check(cudaGetDeviceProperties(&properties, 0), "properties");
@@ -183,6 +204,10 @@ int Run(const char* json_path, bool quick) {
   }
   columns.push_back("cublas_geam");
   columns.push_back("AUTO");
+  // AUTO's kernel under each tuning, where it takes one.
+  for (const internal::Tuning& tuning : internal::kAllTunings) {
+    columns.push_back(internal::TuningNameOf(tuning));
+  }
   std::printf("| case | bytes |");
   for (const std::string& c : columns) std::printf(" %s |", c.c_str());
   std::printf(" AUTO picks |\n|---|---|");
@@ -194,6 +219,15 @@ int Run(const char* json_path, bool quick) {
   Check(cudaMalloc(&mismatches, sizeof(unsigned long long)), "malloc");
   for (const Case& c : cases) {
     const uint64_t bytes = c.batch * c.rows * c.cols * c.size;
+    size_t free_bytes = 0, total_bytes = 0;
+    Check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    if (free_bytes < 2 * bytes + (uint64_t{1} << 30)) {
+      std::printf(
+          "| %dB %s | %.0f MiB | skipped: %.1f GiB free on the device |\n",
+          static_cast<int>(c.size), c.name.c_str(), bytes / 1048576.0,
+          free_bytes / 1073741824.0);
+      continue;
+    }
     uint8_t *in, *out;
     Check(cudaMalloc(&in, bytes), "malloc in");
     Check(cudaMalloc(&out, bytes), "malloc out");
@@ -259,7 +293,21 @@ int Run(const char* json_path, bool quick) {
     measure("AUTO", [&] {
       return LaunchTranspose(Algorithm::kAuto, args, nullptr).ok();
     });
-    const std::string picked(KernelName(Algorithm::kAuto, args));
+    const internal::Kernel auto_kernel = internal::AutoKernel(args);
+    const std::string kernel_name = internal::KernelNameOf(auto_kernel);
+    for (const internal::Tuning& tuning : internal::kAllTunings) {
+      measure(internal::TuningNameOf(tuning), [&, tuning] {
+        return internal::SupportsTuning(auto_kernel) &&
+               internal::Launch(auto_kernel, args, nullptr, tuning) ==
+                   cudaSuccess;
+      });
+    }
+    const internal::Tuning auto_tuning =
+        internal::AutoTuning(auto_kernel, args);
+    const std::string picked =
+        auto_tuning == internal::Tuning{}
+            ? kernel_name
+            : kernel_name + " (" + internal::TuningNameOf(auto_tuning) + ")";
 
     const double memcpy_gbps = results.front().gbps;
     std::printf("| %dB %s | %.0f MiB |", static_cast<int>(c.size),
@@ -293,11 +341,11 @@ int Run(const char* json_path, bool quick) {
                   static_cast<unsigned long long>(c.batch),
                   static_cast<unsigned long long>(c.rows),
                   static_cast<unsigned long long>(c.cols), picked.c_str());
-    json += std::string(head) + fields + (&c == &cases.back() ? "}\n" : "},\n");
+    json += std::string(json.size() > 2 ? ",\n" : "") + head + fields + "}";
     cudaFree(in);
     cudaFree(out);
   }
-  json += "]\n";
+  json += "\n]\n";
   if (json_path != nullptr) {
     if (FILE* f = std::fopen(json_path, "w")) {
       std::fputs(json.c_str(), f);
@@ -313,11 +361,13 @@ int Run(const char* json_path, bool quick) {
 int main(int argc, char** argv) {
   const char* json = nullptr;
   bool quick = false;
+  const char* only = nullptr;
   for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--case=", 7) == 0) only = argv[i] + 7;
     if (std::strncmp(argv[i], "--json=", 7) == 0) json = argv[i] + 7;
     if (std::strncmp(argv[i], "--reps=", 7) == 0)
       transpose::kernels::reps = std::atoi(argv[i] + 7);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
   }
-  return transpose::kernels::Run(json, quick);
+  return transpose::kernels::Run(json, quick, only);
 }
