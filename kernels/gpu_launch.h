@@ -47,13 +47,15 @@ bool CanUseWords(const TransposeArgs& args);
 bool CanSkew(const TransposeArgs& args);
 
 // How a kernel walks its tiles and loads its input; AUTO picks it per shape
-// (kernels/gpu_transpose.cc). Only the kernels AUTO runs take it
-// (SupportsTuning); the classic kernels run the default.
+// (kernels/gpu_transpose.cc). Only the tunable kernels take it
+// (SupportsTuning); the others run the default.
 struct Tuning {
   // Groups of kTileRowGroup tile rows, each walked column by column, instead
   // of whole tile columns one after another.
   bool grouped_tile_rows = false;
-  // Input loads marked evict-last in L2.
+  // Input loads marked evict-last in L2. The marks outlive the kernel: the
+  // lines stay evict-last until they are evicted anyway, reset, or read
+  // again with another property.
   bool input_evict_last = false;
 
   bool operator==(const Tuning& other) const {

@@ -83,18 +83,22 @@ Kernel AutoKernel(const TransposeArgs& args) {
 }
 
 // AUTO's tuning, from transpose_bench on the H200 (docs/BENCHMARKS.md, attempt
-// 24), against the default column-major walk with plain loads:
+// 24; five full runs), against the default column-major walk with plain
+// loads:
 // - Evict-last input for 2- to 16-byte elements once a launch moves 128 MiB
-//   (about twice the L2): 0.7 to 2.9 points more on every such case. Smaller
-//   matrices, whose output can stay in L2, lost up to 5 points (4-byte
-//   4096²), and the 1-byte word kernel loses 0.2 to 2.2 points at every size.
+//   (about twice the L2): up to 3.6 points more (2-byte 16384²), and from 256
+//   MiB up never less; at 128 MiB within -1.4 to +3.1 points. Smaller
+//   matrices, whose output can stay in L2, lost up to 6.7 points (4-byte
+//   4096²), and the 1-byte word kernel gains nothing from it at any size.
 // - Groups of tile rows for 8- and 16-byte elements where input and output
 //   rows are both 128 KiB long: narrow column bands of such rows read 7-11%
 //   slower than wide ones (attempts 14 and 15), and the groups' wider read
-//   bands gain more than their shorter write runs cost: 16-byte 8192² 2.9
-//   points, 8-byte 16384² 1.5. At 64 and 256 KiB rows the groups lose 2.5 to
-//   9 points, and so they do for 4-byte 32768² and 2-byte 65536² (8 and 12
-//   points), whose rows are 128 KiB too but whose tiles are 256 B wide.
+//   bands gain more than their shorter write runs cost. 16-byte 8192²: 96.1-
+//   96.7% against 93.0-93.7% for evict-last alone. 8-byte 16384²: 94.7-95.4%
+//   in every full run, where evict-last alone varies from 93.1 to 95.2% (run
+//   alone, the latter leads, 95.7-96.8% against 94.8-95.5%). Everywhere else
+//   the groups lose 0.6 to 12 points, 4-byte 32768² and 2-byte 65536²
+//   included, whose rows are 128 KiB too but whose tiles are 256 B wide.
 Tuning AutoTuning(Kernel kernel, const TransposeArgs& args) {
   Tuning tuning;
   if (!SupportsTuning(kernel) || args.element_size < 2) return tuning;

@@ -71,10 +71,11 @@ __device__ __forceinline__ Tile LocateTile(uint64_t rows, uint64_t cols,
 }
 
 // A load of the input. With kEvictLast the line is marked evict-last in L2
-// (libcu++'s "persisting" property). The input is read once, so this keeps no
-// data for reuse; it changes which lines L2 evicts first, the output's dirty
-// lines, and so when the writes reach DRAM among the reads (measured in
-// docs/BENCHMARKS.md, attempt 24).
+// (libcu++'s "persisting" property). The input is read once, so nothing is
+// kept for reuse; the mark changes which lines L2 evicts first, the output's
+// dirty lines, and so when the writes reach DRAM among the reads (measured in
+// docs/BENCHMARKS.md, attempt 24). The marked lines stay marked after the
+// kernel ends, until evicted.
 template <bool kEvictLast, typename T>
 __device__ __forceinline__ T LoadInput(const T* p) {
   if constexpr (kEvictLast) {
@@ -400,8 +401,9 @@ Function ForTuning(const Tuning& tuning, Function plain, Function evict_last,
 }
 
 // Launches `kernel_fn` over `row_tiles` x `col_tiles` tiles per matrix, row
-// tiles along grid x (the column-major walk), in grids of at most 65535 tile
-// columns and batch entries each.
+// tiles along grid x and tile columns along grid y (LocateTile maps them to
+// the kernel's walk), in grids of at most 65535 tile columns and batch entries
+// each.
 template <typename Function, typename In, typename Out>
 cudaError_t LaunchGrids(Function kernel_fn, dim3 block, size_t shared,
                         cudaStream_t stream, const In* in, Out* out,
@@ -581,6 +583,7 @@ bool SupportsTuning(Kernel kernel) {
          kernel == Kernel::kWord;
 }
 
+static_assert(kTileRowGroup == 32, "TuningNameOf names groups of 32");
 const char* TuningNameOf(const Tuning& tuning) {
   if (tuning.grouped_tile_rows) {
     return tuning.input_evict_last ? "groups of 32 tile rows, evict-last input"

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -20,6 +21,12 @@
 #include "kernels/gpu_launch.h"
 
 namespace transpose::kernels {
+namespace internal {
+// For gtest's messages.
+void PrintTo(const Tuning& tuning, std::ostream* out) {
+  *out << TuningNameOf(tuning);
+}
+}  // namespace internal
 namespace {
 
 bool HaveGpu() {
@@ -74,7 +81,9 @@ std::string RunAndCompare(Kernel kernel, size_t element_size,
   args.output = device_out;
   std::string error;
   if constexpr (std::is_same_v<Kernel, Algorithm>) {
-    if (absl::Status s = CanImplement(kernel, args); !s.ok()) {
+    if (!(tuning == internal::Tuning{})) {
+      error = "a tuning applies to internal kernels only";
+    } else if (absl::Status s = CanImplement(kernel, args); !s.ok()) {
       error = s.ToString();
     } else if (absl::Status s = LaunchTranspose(kernel, args, nullptr);
                !s.ok()) {
@@ -197,10 +206,25 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{2, 129, 4095})),
     InternalCaseName);
 
-// The tunable kernels under each tuning other than the default, on shapes
-// whose tile rows fill several groups and leave a partial one (4097 rows: 65
-// tile rows of 64, 33 of 128), with partial edge tiles and batches.
+// The tunable kernels under each tuning other than the default. 2 x 4104 x 136
+// fills full groups of 32 tile rows and leaves a partial one for every
+// kernel's tile height (33 word tiles of 128 rows, 65 of 64, 129 of 32), in a
+// batch; the other shapes add partial edge tiles (4097 x 4099 for the kernels
+// that take odd shapes), one partial group (3 x 2056 x 136) and many small
+// matrices.
 using TunedCase = std::tuple<internal::Kernel, internal::Tuning, size_t, Shape>;
+
+// More than 65535 tile columns: the host launches two grids, and each maps its
+// blocks to tiles on its own.
+TEST(GpuTunedKernelTest, AcrossGridsOfTileColumns) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  for (const internal::Tuning& tuning : internal::kAllTunings) {
+    EXPECT_EQ(RunAndCompare(internal::Kernel::kPadded64x8, 1,
+                            Shape{1, 72, 65537 * 64 + 3}, tuning),
+              "")
+        << internal::TuningNameOf(tuning);
+  }
+}
 
 class GpuTunedKernelTest : public ::testing::TestWithParam<TunedCase> {
  protected:
@@ -235,61 +259,11 @@ INSTANTIATE_TEST_SUITE_P(
                           internal::Tuning{true, false},
                           internal::Tuning{true, true}),
         ::testing::Values(1, 2, 4, 8, 16),
-        ::testing::Values(Shape{1, 4097, 4099}, Shape{1, 4096, 2048},
-                          Shape{3, 2056, 136}, Shape{2, 129, 4095},
-                          Shape{1, 31, 33}, Shape{70000, 8, 8})),
+        ::testing::Values(Shape{2, 4104, 136}, Shape{1, 4097, 4099},
+                          Shape{1, 4096, 2048}, Shape{3, 2056, 136},
+                          Shape{2, 129, 4095}, Shape{1, 31, 33},
+                          Shape{70000, 8, 8})),
     TunedCaseName);
-
-// AUTO's tuning is a function of the shape alone (no device needed); the
-// figures behind it are in docs/BENCHMARKS.md.
-TEST(AutoTuningTest, EvictLastFrom128MiBAndGroupsFor128KiBRows) {
-  const auto tuning = [](size_t element_size, uint64_t batch, uint64_t rows,
-                         uint64_t cols) {
-    const TransposeArgs args{element_size,
-                             batch,
-                             rows,
-                             cols,
-                             reinterpret_cast<void*>(256),
-                             reinterpret_cast<void*>(uintptr_t{1} << 40)};
-    return internal::AutoTuning(internal::AutoKernel(args), args);
-  };
-  // Under 128 MiB: the default.
-  EXPECT_EQ(tuning(4, 1, 4096, 4096), (internal::Tuning{false, false}));
-  EXPECT_EQ(tuning(2, 4096, 64, 64), (internal::Tuning{false, false}));
-  // From 128 MiB, for 2- to 16-byte elements, batches included.
-  EXPECT_EQ(tuning(2, 1, 8192, 8192), (internal::Tuning{false, true}));
-  EXPECT_EQ(tuning(8, 1, 4096, 4096), (internal::Tuning{false, true}));
-  EXPECT_EQ(tuning(4, 1, 16384, 16384), (internal::Tuning{false, true}));
-  EXPECT_EQ(tuning(16, 1, 16384, 16384), (internal::Tuning{false, true}));
-  EXPECT_EQ(tuning(2, 16, 2048, 2048), (internal::Tuning{false, true}));
-  // Never for the 1-byte word kernel, nor for the skewed or padded_32
-  // kernels, which take no tuning.
-  EXPECT_EQ(tuning(1, 1, 16384, 16384), (internal::Tuning{false, false}));
-  EXPECT_EQ(tuning(4, 1, 12345, 6789), (internal::Tuning{false, false}));
-  EXPECT_EQ(tuning(4, 64, 511, 513), (internal::Tuning{false, false}));
-  // Groups for 8- and 16-byte elements where input and output rows are both
-  // 128 KiB.
-  EXPECT_EQ(tuning(8, 1, 16384, 16384), (internal::Tuning{true, true}));
-  EXPECT_EQ(tuning(16, 1, 8192, 8192), (internal::Tuning{true, true}));
-  EXPECT_EQ(tuning(8, 1, 16384, 8192), (internal::Tuning{false, true}));
-  EXPECT_EQ(tuning(4, 1, 32768, 32768), (internal::Tuning{false, true}));
-  EXPECT_EQ(tuning(2, 1, 65536, 65536), (internal::Tuning{false, true}));
-}
-
-// Refused before anything reaches the device.
-TEST(TuningTest, TheClassicKernelsRefuseTunings) {
-  const TransposeArgs args{4, 1, 64, 64, nullptr, nullptr};
-  for (internal::Kernel kernel :
-       {internal::Kernel::kNaive, internal::Kernel::kShared,
-        internal::Kernel::kPadded32, internal::Kernel::kPadded64,
-        internal::Kernel::kSkewed}) {
-    EXPECT_FALSE(internal::SupportsTuning(kernel));
-    EXPECT_EQ(
-        internal::Launch(kernel, args, nullptr, internal::Tuning{true, false}),
-        cudaErrorInvalidValue)
-        << internal::KernelNameOf(kernel);
-  }
-}
 
 // Whether the device and the host can hold a `bytes`-byte case: input and
 // output on the device; input, expected and actual on the host.

@@ -119,8 +119,12 @@ struct Result {
 
 int reps = 25;
 
-// Median milliseconds of `launch` over `reps` runs after 3 warm-ups.
+// Median milliseconds of `launch` over `reps` runs after 3 warm-ups. Each
+// figure starts from an L2 without the evict-last marks the figures before it
+// left (an evict-last load's mark outlives its kernel).
 float Time(const std::function<void()>& launch) {
+  Check(cudaDeviceSynchronize(), "synchronize");
+  Check(cudaCtxResetPersistingL2Cache(), "cudaCtxResetPersistingL2Cache");
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -151,8 +155,9 @@ int Run(const char* json_path, bool quick, const char* only) {
       cases.push_back({std::to_string(n) + "^2", size, 1, n, n});
     }
   }
-  // The other square shapes with 128 KiB rows, where AUTO walks groups of
-  // tile rows as for 8-byte 16384² and 16-byte 8192² (4 and 8 GiB each way).
+  // The other square shapes with 128 KiB rows (4 and 8 GiB each way): AUTO
+  // walks groups of tile rows for 8-byte 16384² and 16-byte 8192², and these
+  // show why not for smaller elements.
   if (!quick) {
     cases.push_back({"32768^2", 4, 1, 32768, 32768});
     cases.push_back({"65536^2", 2, 1, 65536, 65536});

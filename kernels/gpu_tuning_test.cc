@@ -1,0 +1,77 @@
+// AUTO's choice of tuning and the launcher's refusals, which need no device:
+// unlike gpu_transpose_test, this runs wherever the CUDA toolkit built it.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <ostream>
+
+#include "gtest/gtest.h"
+#include "kernels/gpu_launch.h"
+#include "kernels/transpose_args.h"
+
+namespace transpose::kernels {
+namespace internal {
+// For gtest's messages.
+void PrintTo(const Tuning& tuning, std::ostream* out) {
+  *out << TuningNameOf(tuning);
+}
+}  // namespace internal
+namespace {
+
+// AUTO's tuning is a function of the shape alone (no device needed); the
+// figures behind it are in docs/BENCHMARKS.md.
+TEST(AutoTuningTest, EvictLastFrom128MiBAndGroupsFor128KiBRows) {
+  const auto tuning = [](size_t element_size, uint64_t batch, uint64_t rows,
+                         uint64_t cols) {
+    const TransposeArgs args{element_size,
+                             batch,
+                             rows,
+                             cols,
+                             reinterpret_cast<void*>(256),
+                             reinterpret_cast<void*>(uintptr_t{1} << 40)};
+    return internal::AutoTuning(internal::AutoKernel(args), args);
+  };
+  // Under 128 MiB: the default.
+  EXPECT_EQ(tuning(4, 1, 4096, 4096), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(2, 4096, 64, 64), (internal::Tuning{false, false}));
+  // From 128 MiB, for 2- to 16-byte elements, batches included.
+  EXPECT_EQ(tuning(2, 1, 8192, 8192), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(8, 1, 4096, 4096), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(4, 1, 16384, 16384), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(16, 1, 16384, 16384), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(2, 16, 2048, 2048), (internal::Tuning{false, true}));
+  // Never for the 1-byte word kernel, nor for the skewed or padded_32
+  // kernels, which take no tuning.
+  EXPECT_EQ(tuning(1, 1, 16384, 16384), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(4, 1, 12345, 6789), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(4, 256, 511, 513), (internal::Tuning{false, false}));
+  // Just under 128 MiB: a 2-byte matrix the tunable padded_64x8 takes.
+  EXPECT_EQ(tuning(2, 1, 8192, 8191), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(2, 1, 8192, 8193), (internal::Tuning{false, true}));
+  // Groups for 8- and 16-byte elements where input and output rows are both
+  // 128 KiB; not for smaller elements with 128 KiB rows.
+  EXPECT_EQ(tuning(16, 1, 8192, 8192), (internal::Tuning{true, true}));
+  EXPECT_EQ(tuning(8, 1, 16384, 16384), (internal::Tuning{true, true}));
+  EXPECT_EQ(tuning(16, 1, 8192, 4096), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(8, 1, 16384, 8192), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(4, 1, 32768, 32768), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(2, 1, 65536, 65536), (internal::Tuning{false, true}));
+}
+
+// Refused before anything reaches the device.
+TEST(TuningTest, TheUntunableKernelsRefuseTunings) {
+  const TransposeArgs args{4, 1, 64, 64, nullptr, nullptr};
+  for (internal::Kernel kernel :
+       {internal::Kernel::kNaive, internal::Kernel::kShared,
+        internal::Kernel::kPadded32, internal::Kernel::kPadded64,
+        internal::Kernel::kSkewed}) {
+    EXPECT_FALSE(internal::SupportsTuning(kernel));
+    EXPECT_EQ(
+        internal::Launch(kernel, args, nullptr, internal::Tuning{true, false}),
+        cudaErrorInvalidValue)
+        << internal::KernelNameOf(kernel);
+  }
+}
+
+}  // namespace
+}  // namespace transpose::kernels
