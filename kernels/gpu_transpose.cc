@@ -83,7 +83,7 @@ Kernel AutoKernel(const TransposeArgs& args) {
 }
 
 // AUTO's tuning, from transpose_bench on the H200 (docs/BENCHMARKS.md, attempt
-// 24; five full runs), against the default column-major walk with plain
+// 24; six full runs), against the default column-major walk with plain
 // loads:
 // - Evict-last input for 2- to 16-byte elements once a launch moves 128 MiB
 //   (about twice the L2): up to 3.6 points more (2-byte 16384²), and from 256
