@@ -108,6 +108,9 @@ struct Case {
   std::string name;
   size_t size;
   uint64_t batch, rows, cols;
+
+  // As tables and --case name it: "8B 16384^2".
+  std::string label() const { return std::to_string(size) + "B " + name; }
 };
 
 struct Result {
@@ -183,8 +186,7 @@ int Run(const char* json_path, bool quick, const char* only) {
   if (only != nullptr) {
     std::vector<Case> chosen;
     for (const Case& c : cases) {
-      const std::string label = std::to_string(c.size) + "B " + c.name;
-      if (label.find(only) != std::string::npos) chosen.push_back(c);
+      if (c.label().find(only) != std::string::npos) chosen.push_back(c);
     }
     if (chosen.empty()) {
       std::fprintf(stderr, "--case=%s matches no case\n", only);
@@ -227,10 +229,9 @@ int Run(const char* json_path, bool quick, const char* only) {
     size_t free_bytes = 0, total_bytes = 0;
     Check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
     if (free_bytes < 2 * bytes + (uint64_t{1} << 30)) {
-      std::printf(
-          "| %dB %s | %.0f MiB | skipped: %.1f GiB free on the device |\n",
-          static_cast<int>(c.size), c.name.c_str(), bytes / 1048576.0,
-          free_bytes / 1073741824.0);
+      std::printf("| %s | %.0f MiB | skipped: %.1f GiB free on the device |\n",
+                  c.label().c_str(), bytes / 1048576.0,
+                  free_bytes / 1073741824.0);
       continue;
     }
     uint8_t *in, *out;
@@ -315,8 +316,7 @@ int Run(const char* json_path, bool quick, const char* only) {
             : kernel_name + " (" + internal::TuningNameOf(auto_tuning) + ")";
 
     const double memcpy_gbps = results.front().gbps;
-    std::printf("| %dB %s | %.0f MiB |", static_cast<int>(c.size),
-                c.name.c_str(), bytes / 1048576.0);
+    std::printf("| %s | %.0f MiB |", c.label().c_str(), bytes / 1048576.0);
     std::string fields;
     for (const Result& r : results) {
       if (r.gbps == 0) {
