@@ -430,8 +430,14 @@ int Run() {
           e.what());
       return 1;
     }
-    exposer->RegisterCollectable(registry);
   }
+  // CivetWeb takes a handler's path as a prefix pattern, so "/metrics" would
+  // also answer /metricsx or /metrics.txt; "$" ends the pattern there, so a
+  // mistyped scrape path gets a 404 instead of the metrics.
+  const auto expose = [&exposer](std::weak_ptr<prometheus::Collectable> what) {
+    if (exposer != nullptr) exposer->RegisterCollectable(what, "/metrics$");
+  };
+  expose(registry);
   auto admission = std::make_shared<CallbackGauges>();
   admission->Add(
       "transpose_admitted_bytes",
@@ -456,7 +462,7 @@ int Run() {
       [limit = engine_options.max_inflight_requests] {
         return static_cast<double>(limit);
       });
-  if (exposer != nullptr) exposer->RegisterCollectable(admission);
+  expose(admission);
   // GPU utilisation and memory from the driver, where it has NVML.
   std::vector<NvmlCollector::Device> gpus;
   for (const auto& backend : engine.backends()) {
@@ -466,7 +472,7 @@ int Run() {
   }
   std::shared_ptr<NvmlCollector> nvml =
       gpus.empty() ? nullptr : NvmlCollector::Create(gpus);
-  if (exposer != nullptr && nvml != nullptr) exposer->RegisterCollectable(nvml);
+  if (nvml != nullptr) expose(nvml);
   if (!gpus.empty()) {
     Log(LogLevel::kInfo, "NVML gauges %s",
         nvml != nullptr ? "on" : "off (no NVML)");

@@ -174,6 +174,16 @@ class ObservabilityTest(unittest.TestCase):
                 self.assertLessEqual(set(labels), {"method", "code", "backend", "algorithm", "le",
                                                    "version"}, line)
 
+    def test_metrics_are_served_at_metrics_only(self):
+        # A scrape config with a typo must fail loudly, not scrape a page that merely starts
+        # with /metrics.
+        self.assertIn("# TYPE transpose_requests_total counter",
+                      get(f"http://{self.metrics}/metrics?name[]=x"))
+        for path in ("/metricsx", "/metrics/", "/metrics/x", "/metrics.txt", "/", "/health"):
+            with self.assertRaises(urllib.error.HTTPError, msg=path) as caught:
+                get(f"http://{self.metrics}{path}")
+            self.assertEqual(caught.exception.code, 404, path)
+
     def test_prometheus_sees_kernel_bytes_and_a_finite_p99(self):
         rate = self.query("sum(rate(transpose_kernel_bytes_total[30s]))")
         self.assertTrue(rate and float(rate[0]["value"][1]) > 0,
