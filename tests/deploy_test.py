@@ -64,6 +64,12 @@ class DeployTest(unittest.TestCase):
                     self.assertRegex(run.stdout, r"^%s \d+\.\d+\.\d+\n$" % name)
                 else:
                     self.assertTrue(run.stdout.startswith(name + ": "), run.stdout[:200])
+                    # Flags are listed by their source file as the repository names it, not
+                    # by where the build machine kept it.
+                    self.assertNotIn(os.path.realpath(ARGS.repo).lstrip("/"), run.stdout)
+                    if flag == "--helpfull":
+                        self.assertRegex(run.stdout, r"\n  Flags from (server/main|client/"
+                                         r"cli_main)\.cc:\n")
             unknown = subprocess.run([binary, "--no_such_flag"], capture_output=True, text=True,
                                      timeout=60)
             self.assertEqual(unknown.returncode, 1, name)
