@@ -25,8 +25,11 @@ void ProgressBar::Update(const TransferProgress& progress) {
   undrawn_ = true;
   const absl::Time now = clock_();
   // Short transfers draw nothing; the rest redraw at most every 100 ms, except
-  // for the last update, so that the bar ends at 100%.
-  const bool finished = progress.received_bytes == progress.total_bytes;
+  // for the last update of each direction: the bar shows the whole upload
+  // while the server works, and ends at 100%.
+  const bool finished = progress.received_bytes == progress.total_bytes ||
+                        (progress.received_bytes == 0 &&
+                         progress.sent_bytes == progress.total_bytes);
   if (now - start_ < absl::Milliseconds(500) ||
       (!finished && now - last_draw_ < absl::Milliseconds(100)))
     return;

@@ -74,6 +74,24 @@ TEST(ProgressBarTest, DoneDrawsTheLastUpdate) {
   std::fclose(out);
 }
 
+// The upload's last chunk is drawn however soon it follows the one before:
+// while the server transposes, the bar shows everything sent, not where the
+// redraw interval happened to stop it.
+TEST(ProgressBarTest, TheFinishedUploadIsDrawnBeforeTheWait) {
+  std::FILE* out = std::tmpfile();
+  FakeClock clock;
+  ProgressBar bar(true, out, clock.Function());
+  clock.now += absl::Milliseconds(600);
+  bar.Update({kTotal / 2, 0, kTotal});
+  clock.now += absl::Milliseconds(10);
+  bar.Update({kTotal, 0, kTotal});
+  const std::string text = Contents(out);
+  EXPECT_THAT(text.substr(text.rfind('\r')), HasSubstr("sending  ["));
+  EXPECT_THAT(text.substr(text.rfind('\r')), HasSubstr("100%"));
+  bar.Done();
+  std::fclose(out);
+}
+
 TEST(ProgressBarTest, ShortTransfersAndDisabledBarsDrawNothing) {
   std::FILE* out = std::tmpfile();
   FakeClock clock;
