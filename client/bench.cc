@@ -54,12 +54,8 @@ absl::Status CheckBenchFits(Client& client, const BenchOptions& options) {
                                      : absl::Seconds(10);
   TRANSPOSE_ASSIGN_OR_RETURN(const v1::ServerInfo info,
                              client.GetServerInfo(timeout));
-  if (bytes > info.limits().max_matrix_bytes()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s %s is %d bytes; the server takes matrices up to %d bytes",
-        DataTypeName(options.dtype), ShapeToString(options.shape), bytes,
-        info.limits().max_matrix_bytes()));
-  }
+  TRANSPOSE_RETURN_IF_ERROR(
+      CheckMatrixUnderLimit(info.limits(), options.dtype, options.shape));
   const uint64_t buffers =
       1 + (options.verify ? 1 : 0) + static_cast<uint64_t>(options.concurrency);
   const uint64_t memory = PhysicalMemoryBytes();

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@
 #include "proto/convert.h"
 #include "server/core/command_line.h"
 #include "server/core/files.h"
+#include "server/core/log.h"
 #include "server/core/process.h"
 
 #ifndef TRANSPOSE_VERSION
@@ -115,6 +117,13 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// An error of this machine's (a file, the input's contents), without the
+// status code that would read as the server's answer.
+int FailHere(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
 int Usage(const std::string& message) {
   std::fprintf(stderr, "usage error: %s\n(see transpose --help)\n",
                message.c_str());
@@ -141,6 +150,9 @@ std::string CommonFlagsError() {
   if (const std::optional<int> attempts = absl::GetFlag(FLAGS_attempts);
       attempts.has_value() && *attempts < 1) {
     return absl::StrCat("--attempts=", *attempts, ": expected 1 or more");
+  }
+  if (absl::GetFlag(FLAGS_server).empty()) {
+    return "--server=: expected a target, e.g. localhost:50051";
   }
   if (const absl::Status target = CheckTargetPorts(absl::GetFlag(FLAGS_server));
       !target.ok()) {
@@ -267,33 +279,14 @@ std::string StatsLine(const TransposeStats& stats) {
       stats.copy_out_seconds * 1e3, stats.total_seconds * 1e3);
 }
 
-// Before a large input file is read whole (it and the result are both held
-// in memory): one the server would refuse, or this machine cannot hold twice,
-// fails at once. Pipes are read as they come; a server that does not answer
-// here is left to the transpose call, which retries.
-absl::Status CheckInputFits(const std::string& in_path, Client& client) {
-  constexpr uint64_t kCheckAbove = 64 << 20;
-  constexpr uint64_t kNpyHeaderRoom = 1 << 20;
-  struct stat file;
-  if (::stat(in_path.c_str(), &file) != 0 || !S_ISREG(file.st_mode) ||
-      static_cast<uint64_t>(file.st_size) <= kCheckAbove) {
-    return absl::OkStatus();
+// A type of the API with `size`-byte elements, for a hint; none for sizes
+// no type has.
+std::optional<DataType> SomeTypeOfSize(size_t size) {
+  for (DataType dtype : {DataType::kUInt8, DataType::kUInt16, DataType::kUInt32,
+                         DataType::kUInt64, DataType::kComplex128}) {
+    if (ElementSize(dtype) == size) return dtype;
   }
-  const uint64_t size = file.st_size;
-  absl::StatusOr<v1::ServerInfo> info =
-      client.GetServerInfo(Deadline(/*quick_call=*/true));
-  if (info.ok() && size > info->limits().max_matrix_bytes() + kNpyHeaderRoom) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s is %d bytes; the server takes matrices up to %d bytes", in_path,
-        size, info->limits().max_matrix_bytes()));
-  }
-  if (size > PhysicalMemoryBytes() / 2) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s is %d bytes; with its result that is more than this machine's "
-        "%d bytes of memory",
-        in_path, size, PhysicalMemoryBytes()));
-  }
-  return absl::OkStatus();
+  return std::nullopt;
 }
 
 int RunTranspose() {
@@ -320,24 +313,61 @@ int RunTranspose() {
 
   // Before the input is read, so that an unwritable --out fails at once.
   absl::StatusOr<FileWriter> output = FileWriter::Create(out_path);
-  if (!output.ok()) return Fail(output.status());
+  if (!output.ok()) return FailHere(output.status());
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return Fail(client.status());
-  if (absl::Status fits = CheckInputFits(in_path, **client); !fits.ok())
-    return Fail(fits);
-  absl::StatusOr<std::string> contents = ReadFile(in_path);
-  if (!contents.ok()) return Fail(contents.status());
+
+  // A large regular file is checked against the server's limit and this
+  // machine's memory (it and the result are both held here) from its header,
+  // before it is read whole. Smaller files, and pipes, are read at once.
+  constexpr uint64_t kCheckAbove = 64 << 20;
+  constexpr size_t kHeaderBytes = 1 << 20;
+  struct stat file;
+  const bool large = ::stat(in_path.c_str(), &file) == 0 &&
+                     S_ISREG(file.st_mode) &&
+                     static_cast<uint64_t>(file.st_size) > kCheckAbove;
+  absl::StatusOr<std::string> contents =
+      ReadFile(in_path, large ? kHeaderBytes : SIZE_MAX);
+  if (!contents.ok()) return FailHere(contents.status());
+  const uint64_t input_bytes = large ? file.st_size : contents->size();
+
   MatrixView input;
   bool batched = false;
+  size_t data_offset = 0;
   if (IsNpy(*contents)) {
-    absl::StatusOr<NpyHeader> header = ParseNpyHeader(*contents, dtype);
-    if (!header.ok())
-      return Fail(
+    absl::StatusOr<NpyHeader> header = ParseNpyHeader(*contents, input_bytes);
+    if (!header.ok()) {
+      return FailHere(
           absl::Status(header.status().code(),
                        absl::StrCat(in_path, ": ", header.status().message())));
-    input.dtype = header->dtype;
+    }
+    if (dtype.has_value()) {
+      if (ElementSize(*dtype) != header->element_size) {
+        return Usage(absl::StrFormat(
+            "--dtype=%s has %d-byte elements, but %s holds '%s', %d-byte "
+            "elements",
+            DataTypeName(*dtype), ElementSize(*dtype), in_path, header->descr,
+            header->element_size));
+      }
+      input.dtype = *dtype;
+    } else if (header->dtype == DataType::kUnspecified) {
+      const std::optional<DataType> same_size =
+          SomeTypeOfSize(header->element_size);
+      return FailHere(absl::InvalidArgumentError(absl::StrFormat(
+          "%s: dtype '%s' is none of the service's types; %s", in_path,
+          header->descr,
+          same_size.has_value()
+              ? absl::StrFormat("--dtype=%s (or another %d-byte type) "
+                                "moves its bytes as that type",
+                                DataTypeName(*same_size), header->element_size)
+              : absl::StrFormat("none has %d-byte elements",
+                                header->element_size))));
+    } else {
+      input.dtype = header->dtype;
+    }
     input.shape = header->shape;
     batched = header->batched;
+    data_offset = header->data_offset;
     // The header gives the shape: a raw-input flag that says otherwise is a
     // mistake, not something to ignore.
     struct ShapeFlag {
@@ -358,15 +388,18 @@ int RunTranspose() {
             ShapeToString(input.shape)));
       }
     }
-    input.data = absl::Span<const uint8_t>(
-        reinterpret_cast<const uint8_t*>(contents->data()) +
-            header->data_offset,
-        contents->size() - header->data_offset);
   } else {
-    if (!dtype || !absl::GetFlag(FLAGS_rows).has_value() ||
-        !absl::GetFlag(FLAGS_cols).has_value()) {
-      return Usage(absl::StrCat(
-          in_path, " is not a .npy file: give --rows, --cols and --dtype"));
+    std::vector<absl::string_view> missing;
+    if (!absl::GetFlag(FLAGS_rows).has_value()) missing.push_back("--rows");
+    if (!absl::GetFlag(FLAGS_cols).has_value()) missing.push_back("--cols");
+    if (!dtype.has_value()) missing.push_back("--dtype");
+    if (!missing.empty()) {
+      return Usage(
+          absl::StrCat(in_path,
+                       absl::EndsWithIgnoreCase(in_path, ".npy")
+                           ? " does not start as a .npy file does (\\x93NUMPY)"
+                           : " is not a .npy file",
+                       "; raw input needs ", absl::StrJoin(missing, ", ")));
     }
     input.dtype = *dtype;
     input.shape = {absl::GetFlag(FLAGS_batch).value_or(1),
@@ -379,10 +412,43 @@ int RunTranspose() {
       if (value == 0)
         return Usage(absl::StrCat("--", name, "=0: expected 1 or more"));
     }
+    if (absl::StatusOr<uint64_t> bytes = MatrixBytes(input.dtype, input.shape);
+        !bytes.ok()) {
+      return Usage(absl::StrCat("--batch, --rows and --cols give ",
+                                ShapeToString(input.shape), ": ",
+                                bytes.status().message()));
+    }
     batched = input.shape.batch > 1;
-    input.data = absl::Span<const uint8_t>(
-        reinterpret_cast<const uint8_t*>(contents->data()), contents->size());
   }
+
+  if (large) {
+    // A server that does not answer here is left to the transpose call,
+    // which retries.
+    absl::StatusOr<v1::ServerInfo> info =
+        (*client)->GetServerInfo(Deadline(/*quick_call=*/true));
+    if (info.ok() && !input.shape.empty()) {
+      if (absl::Status under =
+              CheckMatrixUnderLimit(info->limits(), input.dtype, input.shape);
+          !under.ok()) {
+        return Fail(under);
+      }
+    }
+    if (input_bytes > PhysicalMemoryBytes() / 2) {
+      return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
+          "%s is %d bytes; with its result that is more than this machine's "
+          "%d bytes of memory",
+          in_path, input_bytes, PhysicalMemoryBytes())));
+    }
+    contents = ReadFile(in_path);
+    if (!contents.ok()) return FailHere(contents.status());
+    if (contents->size() != input_bytes) {
+      return FailHere(absl::AbortedError(
+          absl::StrCat(in_path, " changed size while it was read")));
+    }
+  }
+  input.data = absl::Span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(contents->data()) + data_offset,
+      contents->size() - data_offset);
 
   // The result, as a .npy file when --out says so.
   const auto write = [&](const MatrixShape& shape,
@@ -397,7 +463,7 @@ int RunTranspose() {
         absl::string_view(reinterpret_cast<const char*>(data.data()),
                           data.size())};
     if (absl::Status written = output->Commit(parts); !written.ok())
-      return Fail(written);
+      return FailHere(written);
     std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n",
                  std::string(DataTypeName(input.dtype)).c_str(),
                  ShapeToString(input.shape).c_str(),
@@ -419,6 +485,12 @@ int RunTranspose() {
   call.on_progress = [&bar](const TransferProgress& p) { bar.Update(p); };
   absl::StatusOr<TransposeResult> result = (*client)->Transpose(input, call);
   bar.Done();
+  if (absl::IsDeadlineExceeded(result.status())) {
+    return Fail(absl::DeadlineExceededError(absl::StrCat(
+        result.status().message(),
+        " (--deadline=", absl::FormatDuration(Deadline(/*quick_call=*/false)),
+        "; a longer one gives large matrices and slow links their time)")));
+  }
   if (!result.ok()) return Fail(result.status());
   return write(result->shape, result->data, StatsLine(result->stats));
 }
@@ -595,6 +667,12 @@ int main(int argc, char** argv) {
       "[--tls_ca F --tls_cert F --tls_key F]";
   const std::vector<char*> positional =
       transpose::ParseCommandLine(argc, argv, usage);
+  // gRPC's own error lines repeat what the CLI's "error:" line says; gRPC's
+  // GRPC_VERBOSITY shows them, and with "info" or "debug" more.
+  transpose::RouteGrpcLogs();
+  transpose::SetLogLevel(std::getenv("GRPC_VERBOSITY") != nullptr
+                             ? transpose::LogLevel::kDebug
+                             : transpose::LogLevel::kError);
   if (positional.size() != 2) {
     return transpose::Usage(
         "expected one command: transpose, info, health or bench");

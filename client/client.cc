@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "proto/convert.h"
 #include "proto/wire.h"
 #include "server/core/notification.h"
@@ -147,6 +148,21 @@ absl::Status CheckTargetPorts(absl::string_view target) {
       absl::StartsWith(target, "vsock:")) {
     return absl::OkStatus();
   }
+  // gRPC turns a scheme with no address into a channel that fails every call
+  // with "Failed to create secure client channel", TLS or not.
+  for (absl::string_view scheme : {"dns:", "ipv4:", "ipv6:"}) {
+    absl::string_view rest = target;
+    if (!absl::ConsumePrefix(&rest, scheme)) continue;
+    // "dns://AUTHORITY/NAME": the authority is the resolver's, not the name.
+    if (absl::ConsumePrefix(&rest, "//")) {
+      const size_t slash = rest.find('/');
+      rest = slash == absl::string_view::npos ? "" : rest.substr(slash + 1);
+    }
+    if (rest.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("target ", target, " names no address"));
+    }
+  }
   // "ipv4:" and "ipv6:" targets list addresses separated by commas.
   for (absl::string_view address : absl::StrSplit(target, ',')) {
     const size_t colon = address.rfind(':');
@@ -160,6 +176,18 @@ absl::Status CheckTargetPorts(absl::string_view target) {
       return absl::InvalidArgumentError(
           absl::StrCat("target ", target, ": port ", port, " is past 65535"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
+                                   const MatrixShape& shape) {
+  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes, MatrixBytes(dtype, shape));
+  if (bytes > limits.max_matrix_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s %s: matrix of %d bytes exceeds the server's limit of %d bytes",
+        DataTypeName(dtype), ShapeToString(shape), bytes,
+        limits.max_matrix_bytes()));
   }
   return absl::OkStatus();
 }

@@ -28,8 +28,15 @@ namespace transpose {
 
 // Checks the ports a gRPC target names: INVALID_ARGUMENT for a port past
 // 65535, which gRPC would quietly take modulo 65536 (":107951" reaching port
-// 42415). Targets without ports, and unix: and vsock: targets, pass.
+// 42415), or a dns:, ipv4: or ipv6: target with no address ("dns:///").
+// Targets without ports, and unix: and vsock: targets, pass.
 absl::Status CheckTargetPorts(absl::string_view target);
+
+// RESOURCE_EXHAUSTED, in the server's own words, for a `dtype` `shape` matrix
+// over `limits.max_matrix_bytes()`: what the server would answer, before the
+// matrix is read or allocated here.
+absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
+                                   const MatrixShape& shape);
 
 struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",

@@ -75,28 +75,51 @@ absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
   return absl::StripTrailingAsciiWhitespace(rest.substr(0, end));
 }
 
-absl::StatusOr<DataType> DtypeOfDescr(absl::string_view descr) {
+struct ElementType {
+  DataType dtype = DataType::kUnspecified;
+  size_t size = 0;
+};
+
+// NumPy's plain kinds with a byte count in the descr: elements whose bytes
+// can be moved as any type of their size. Not 'O' (pointers) or 'U' (counted
+// in 4-byte characters).
+constexpr absl::string_view kPlainKinds = "biufcVSMm";
+
+absl::StatusOr<ElementType> ElementTypeOfDescr(absl::string_view descr) {
   std::string normalized(descr);
   // Native and little-endian are the same here; one-byte types have no order.
   if (!normalized.empty() && normalized[0] == '=') normalized[0] = '<';
   if (normalized.size() == 3 && normalized[2] == '1') normalized[0] = '|';
   if (normalized == "<V2") normalized = "|V2";
   for (const DescrEntry& entry : kDescrs) {
-    if (entry.descr == normalized) return entry.dtype;
+    if (entry.descr == normalized) {
+      return ElementType{entry.dtype, ElementSize(entry.dtype)};
+    }
   }
   if (absl::StartsWith(descr, "[")) {
     return Invalid(
         "structured dtypes (records of named fields) are not supported; save "
         "one field as a plain array");
   }
-  // One-byte types were made order-free above: '>b1' is unsupported, not
-  // big-endian.
-  if (!normalized.empty() && normalized[0] == '>') {
+  // ORDER KIND SIZE, and a unit for datetimes: "<M8[s]".
+  absl::string_view rest = normalized;
+  size_t size = 0;
+  if (rest.size() >= 3 && absl::StrContains("<>|", rest[0]) &&
+      absl::StrContains(kPlainKinds, rest[1])) {
+    rest.remove_prefix(2);
+    const absl::string_view digits = rest.substr(0, rest.find('['));
+    if (!absl::SimpleAtoi(digits, &size)) size = 0;
+  }
+  // One-byte types were made order-free above.
+  if (size > 0 && normalized[0] == '>') {
     return Invalid(absl::StrCat(
         "dtype '", descr,
         "' is big-endian; convert with a.astype(a.dtype.newbyteorder('<'))"));
   }
-  return Invalid(absl::StrCat("dtype '", descr, "' is not supported"));
+  if (size == 0) {
+    return Invalid(absl::StrCat("dtype '", descr, "' is not supported"));
+  }
+  return ElementType{DataType::kUnspecified, size};
 }
 
 }  // namespace
@@ -110,8 +133,8 @@ absl::string_view NpyDescr(DataType dtype) {
 
 bool IsNpy(absl::string_view file) { return absl::StartsWith(file, kMagic); }
 
-absl::StatusOr<NpyHeader> ParseNpyHeader(
-    absl::string_view file, std::optional<DataType> dtype_override) {
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
+                                         uint64_t file_size) {
   if (!IsNpy(file)) return Invalid("no \\x93NUMPY magic");
   if (file.size() < 10) return Invalid("truncated header");
   const int major = static_cast<uint8_t>(file[6]);
@@ -136,7 +159,11 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(
   NpyHeader header;
   header.data_offset = prefix + header_len;
   TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view descr, DictValue(dict, "descr"));
-  TRANSPOSE_ASSIGN_OR_RETURN(header.dtype, DtypeOfDescr(descr));
+  TRANSPOSE_ASSIGN_OR_RETURN(const ElementType element,
+                             ElementTypeOfDescr(descr));
+  header.descr = std::string(descr);
+  header.dtype = element.dtype;
+  header.element_size = element.size;
   TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view fortran,
                              DictValue(dict, "fortran_order"));
   if (fortran != "False") {
@@ -160,30 +187,24 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(
     header.shape = {dims[0], dims[1], dims[2]};
     header.batched = true;
   } else {
-    return Invalid(
-        absl::StrCat("array has ", dims.size(),
-                     " dimensions; a matrix has 2, a batch of matrices 3"));
+    return Invalid(absl::StrCat("array has ", dims.size(),
+                                dims.size() == 1 ? " dimension" : " dimensions",
+                                "; a matrix has 2, a batch of matrices 3"));
   }
 
-  if (dtype_override.has_value()) {
-    if (ElementSize(*dtype_override) != ElementSize(header.dtype)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--dtype %s has %d-byte elements; the file's %s has %d",
-          DataTypeName(*dtype_override), ElementSize(*dtype_override),
-          DataTypeName(header.dtype), ElementSize(header.dtype)));
-    }
-    header.dtype = *dtype_override;
-  }
   // An array with a zero dimension is a valid file with no data: the caller
   // decides what to do with it (the service takes no empty matrices).
-  uint64_t bytes = 0;
-  if (!header.shape.empty()) {
-    TRANSPOSE_ASSIGN_OR_RETURN(bytes, MatrixBytes(header.dtype, header.shape));
+  uint64_t bytes = header.element_size;
+  for (uint64_t dim : dims) {
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) {
+      return Invalid(absl::StrCat("shape (", shape_text, ") overflows"));
+    }
   }
-  if (file.size() - header.data_offset != bytes) {
+  if (file_size < header.data_offset ||
+      file_size - header.data_offset != bytes) {
     return Invalid(
         absl::StrFormat("header declares %d data bytes, the file holds %d",
-                        bytes, file.size() - header.data_offset));
+                        bytes, file_size - header.data_offset));
   }
   return header;
 }

@@ -16,7 +16,13 @@
 namespace transpose {
 
 struct NpyHeader {
+  // kUnspecified for plain elements of none of the API's types ('|b1',
+  // '<M8[s]', '|V4', ...), which a caller may reinterpret as a type of
+  // `element_size`.
   DataType dtype = DataType::kUnspecified;
+  // The file's descr, as NumPy wrote it.
+  std::string descr;
+  size_t element_size = 0;
   MatrixShape shape;
   // True when the file's shape was 3-D; a 2-D file reads as batch 1.
   bool batched = false;
@@ -27,15 +33,18 @@ struct NpyHeader {
 // The descr NumPy writes for `dtype` ("<f4", "|u1", ...).
 absl::string_view NpyDescr(DataType dtype);
 
-// Parses the header of a whole .npy file and checks the data size against it.
-// INVALID_ARGUMENT names what is wrong: bad magic, a header that does not
-// parse, Fortran order, big-endian or unsupported dtypes, other than 2 or 3
-// dimensions, or a data size that does not match. An array with a zero
-// dimension parses, with no data. `dtype_override` reinterprets the elements
-// as another type of the same size.
-absl::StatusOr<NpyHeader> ParseNpyHeader(
-    absl::string_view file,
-    std::optional<DataType> dtype_override = std::nullopt);
+// Parses the header of a .npy file of `file_size` bytes, from `start`, its
+// first bytes (the whole header at least), and checks the data size against
+// it. INVALID_ARGUMENT names what is wrong: bad magic, a header that does not
+// parse, Fortran order, big-endian, structured or object dtypes, other than 2
+// or 3 dimensions, or a data size that does not match. An array with a zero
+// dimension parses, with no data.
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view start,
+                                         uint64_t file_size);
+// The same for a whole file in memory.
+inline absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file) {
+  return ParseNpyHeader(file, file.size());
+}
 
 // The header bytes of a .npy file holding `shape` of `dtype` (2-D when
 // !batched); the elements follow it.

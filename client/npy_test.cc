@@ -1,7 +1,9 @@
 #include "client/npy.h"
 
 #include <string>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -79,13 +81,47 @@ TEST(NpyTest, ReadsEmptyArrays) {
   EXPECT_TRUE(header->batched);
 }
 
-TEST(NpyTest, OverrideReinterpretsSameSizedElements) {
+// Plain elements of other kinds parse with their size, for the caller to
+// reinterpret (--dtype); they have no type of the API.
+TEST(NpyTest, ReadsOtherPlainTypesAsSizedElements) {
+  const std::pair<std::string, size_t> cases[] = {
+      {"|b1", 1}, {">b1", 1}, {"<M8[s]", 8}, {"<m8[ns]", 8},
+      {"|V4", 4}, {"|S3", 3}, {"<V16", 16}};
+  for (const auto& [descr, size] : cases) {
+    absl::StatusOr<NpyHeader> header = ParseNpyHeader(
+        File(absl::StrCat("{'descr': '", descr,
+                          "', 'fortran_order': False, 'shape': (2, 3), }"),
+             6 * size));
+    ASSERT_TRUE(header.ok()) << descr << ": " << header.status();
+    EXPECT_EQ(header->dtype, DataType::kUnspecified) << descr;
+    EXPECT_EQ(header->element_size, size) << descr;
+    EXPECT_EQ(header->descr, descr);
+  }
+  EXPECT_EQ(ParseNpyHeader(File("{'descr': '<f4', 'fortran_order': False, "
+                                "'shape': (2, 3), }",
+                                24))
+                ->element_size,
+            4u);
+}
+
+// A large file's header is parsed from its first bytes, against its size.
+TEST(NpyTest, ParsesTheHeaderFromTheStartOfTheFile) {
   const std::string file =
-      File("{'descr': '<u2', 'fortran_order': False, 'shape': (2, 2), }", 8);
-  EXPECT_EQ(ParseNpyHeader(file, DataType::kBFloat16)->dtype,
-            DataType::kBFloat16);
-  absl::Status status = ParseNpyHeader(file, DataType::kFloat32).status();
-  EXPECT_THAT(status.message(), HasSubstr("4-byte"));
+      File("{'descr': '<f8', 'fortran_order': False, 'shape': (1000, 1000), }",
+           8000000);
+  absl::StatusOr<NpyHeader> header =
+      ParseNpyHeader(absl::string_view(file).substr(0, 4096), file.size());
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->shape, (MatrixShape{1, 1000, 1000}));
+  EXPECT_THAT(
+      ParseNpyHeader(absl::string_view(file).substr(0, 4096), file.size() - 8)
+          .status()
+          .message(),
+      HasSubstr("the file holds 7999992"));
+  EXPECT_THAT(ParseNpyHeader(absl::string_view(file).substr(0, 50), file.size())
+                  .status()
+                  .message(),
+              HasSubstr("truncated header"));
 }
 
 TEST(NpyTest, RejectsWhatItCannotTranspose) {
@@ -99,16 +135,23 @@ TEST(NpyTest, RejectsWhatItCannotTranspose) {
        "Fortran"},
       {File("{'descr': '>f4', 'fortran_order': False, 'shape': (3, 4), }", 48),
        "big-endian"},
-      {File("{'descr': '|b1', 'fortran_order': False, 'shape': (3, 4), }", 12),
-       "not supported"},
-      {File("{'descr': '>b1', 'fortran_order': False, 'shape': (3, 4), }", 12),
-       "'>b1' is not supported"},
+      {File("{'descr': '|O', 'fortran_order': False, 'shape': (3, 4), }", 96),
+       "'|O' is not supported"},
+      {File("{'descr': '<U2', 'fortran_order': False, 'shape': (3, 4), }", 96),
+       "'<U2' is not supported"},
+      {File("{'descr': '>M8[s]', 'fortran_order': False, 'shape': (3, 4), }",
+            96),
+       "big-endian"},
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, "
+            "4294967296), }",
+            0),
+       "overflows"},
       {File("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3, "
             "4), }",
             48),
        "structured dtypes"},
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }", 48),
-       "1 dimensions"},
+       "1 dimension;"},
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 47),
        "holds 47"},
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 0), }", 4),

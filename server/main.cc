@@ -371,6 +371,7 @@ int Run() {
     return 2;
   }
   SetLogLevel(level);
+  RouteGrpcLogs();
   if (absl::Status status = CheckFlags(); !status.ok()) {
     std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
     return 2;

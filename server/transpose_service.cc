@@ -102,14 +102,16 @@ class RpcScope {
 // arrived, so the client's own timer fires first and its cancellation can
 // arrive a little before the server's deadline: within kDeadlineSlack of it,
 // the deadline is taken to be the cause.
+// `when` says what the call was doing, and names the cause neither way.
 absl::Status EndedByTransport(const grpc::CallbackServerContext& context,
-                              absl::string_view what) {
+                              absl::string_view when) {
   constexpr auto kDeadlineSlack = std::chrono::milliseconds(100);
   if (context.deadline() - kDeadlineSlack <= std::chrono::system_clock::now()) {
     return absl::DeadlineExceededError(
-        absl::StrCat(what, ": the call's deadline passed"));
+        absl::StrCat("the call's deadline passed ", when));
   }
-  return absl::CancelledError(what);
+  return absl::CancelledError(
+      absl::StrCat("the call was cancelled, or its connection lost, ", when));
 }
 
 void FillHeader(const TransposeSpec& spec, v1::TransposeResponse& response) {
@@ -230,7 +232,7 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
     // its connection went) is not counted as OK.
     scope_.Record(
         status_.ok() && context_.IsCancelled()
-            ? EndedByTransport(context_, "the reply was not delivered")
+            ? EndedByTransport(context_, "before the reply was delivered")
             : status_);
     delete this;
   }
@@ -305,11 +307,10 @@ class TransposeService::StreamCall final
         // No more data will come: the client half-closed, or the call is over.
         if (context_.IsCancelled()) {
           FinishLocked(EndedByTransport(
-              context_, !job_started_ ? "the call ended during the upload"
+              context_, !job_started_ ? "during the upload"
                         : ResultSentLocked()
-                            ? "the call ended after its result, before the "
-                              "client half-closed"
-                            : "the call ended before its result was out"));
+                            ? "after its result, before the client half-closed"
+                            : "before its result was out"));
         } else if (!job_started_) {
           FinishLocked(assembler_.Finish());
         } else {
@@ -343,8 +344,8 @@ class TransposeService::StreamCall final
     if (finished_) return;
     last_progress_ = StallWatchdog::Clock::now();
     if (!ok) {
-      FinishLocked(EndedByTransport(context_,
-                                    "the client stopped reading the response"));
+      FinishLocked(
+          EndedByTransport(context_, "while the response was being sent"));
       return;
     }
     if (!ResultSentLocked()) {
@@ -362,8 +363,7 @@ class TransposeService::StreamCall final
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!finished_)
-      FinishLocked(EndedByTransport(
-          context_, "cancelled by the client, or its connection was lost"));
+      FinishLocked(EndedByTransport(context_, "before the call finished"));
   }
 
   void OnDone() override {

@@ -272,6 +272,25 @@ class ObservabilityTest(unittest.TestCase):
             self.assertIn("UNIMPLEMENTED", line)
             self.assertIn("naive", line)
 
+    def test_grpc_log_lines_come_in_the_servers_format(self):
+        # A second server on this one's port: gRPC logs why it cannot bind, then the server
+        # says so itself; every stderr line is one of the server's.
+        second = subprocess.run([ARGS.server, "--backend=cpu", f"--address={self.target}",
+                                 "--metrics_address="], capture_output=True, text=True,
+                                timeout=120)
+        self.assertNotEqual(second.returncode, 0)
+        lines = second.stderr.splitlines()
+        for line in lines:
+            self.assertRegex(line, r"^\d{4}-\d\d-\d\dT[\d:.]+Z (DEBUG|INFO|WARNING|ERROR) ")
+        self.assertTrue(any(" WARNING grpc chttp2_server.cc:" in l for l in lines), lines)
+        self.assertTrue(any(" ERROR " in l and "cannot listen on" in l for l in lines), lines)
+        # The CLI leaves gRPC's lines out: its own error line says what failed.
+        result = self.cli("--server=dns:///no-such-host.invalid:1", "--deadline=2s", "info",
+                          check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
+        self.assertTrue(result.stderr.startswith("error: UNAVAILABLE: "), result.stderr)
+
     def test_bench_prints_the_servers_metrics_delta(self):
         result = self.cli("bench", "--count=7", "--shape=64x64", "--dtype=int16",
                           f"--metrics_url=http://{self.metrics}/metrics")

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -141,7 +142,8 @@ std::string DirectoryOf(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot open", path);
   struct stat info;
@@ -157,11 +159,15 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   }
   // A regular file's size is known (one byte more sees its end without
   // growing); a pipe's is not, and the buffer doubles as it comes.
-  std::string contents(S_ISREG(info.st_mode) ? info.st_size + 1 : 64 << 10,
-                       '\0');
+  std::string contents(
+      std::min<size_t>(
+          S_ISREG(info.st_mode) ? info.st_size + 1 : size_t{64} << 10,
+          max_bytes),
+      '\0');
   size_t size = 0;
-  while (true) {
-    if (contents.size() == size) contents.resize(2 * size);
+  while (size < max_bytes) {
+    if (contents.size() == size)
+      contents.resize(std::min(std::max<size_t>(2 * size, 1), max_bytes));
     const ssize_t n =
         ::read(fd, contents.data() + size, contents.size() - size);
     if (n == 0) break;

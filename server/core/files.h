@@ -3,6 +3,7 @@
 #ifndef TRANSPOSE_SERVER_CORE_FILES_H_
 #define TRANSPOSE_SERVER_CORE_FILES_H_
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -13,10 +14,11 @@
 
 namespace transpose {
 
-// The whole file: a regular file, or a pipe or device read to its end. The
-// error names the path: NOT_FOUND, PERMISSION_DENIED and so on from errno, or
-// INVALID_ARGUMENT for a directory.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
+// The whole file: a regular file, or a pipe or device read to its end; or
+// its first `max_bytes`. The error names the path: NOT_FOUND,
+// PERMISSION_DENIED and so on from errno, or INVALID_ARGUMENT for a directory.
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     size_t max_bytes = SIZE_MAX);
 
 // Writes a file whole or not at all. A regular file (new, or replacing one, or
 // what a symbolic link points to) is written to a temporary file beside it,

@@ -59,6 +59,17 @@ TEST_F(FilesTest, ReadsWhatWasWritten) {
   EXPECT_EQ(ReadFile(Path("empty")).value(), "");
 }
 
+// A header is read without the rest of a large file.
+TEST_F(FilesTest, ReadsTheStartOfAFile) {
+  const std::string big(3 << 20, 'x');
+  ASSERT_TRUE(WriteFile(Path("a"), {"head:", big}).ok());
+  EXPECT_EQ(ReadFile(Path("a"), 5).value(), "head:");
+  EXPECT_EQ(ReadFile(Path("a"), 0).value(), "");
+  EXPECT_EQ(ReadFile(Path("a"), 100 << 20).value(), "head:" + big);
+  ASSERT_TRUE(WriteFile(Path("short"), {"abc"}).ok());
+  EXPECT_EQ(ReadFile(Path("short"), 1 << 20).value(), "abc");
+}
+
 TEST_F(FilesTest, ReadErrorsNameThePathAndTheCause) {
   absl::StatusOr<std::string> missing = ReadFile(Path("missing"));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "grpc/support/log.h"
 
 namespace transpose {
 namespace {
@@ -26,7 +27,23 @@ absl::string_view Name(LogLevel level) {
   return "?";
 }
 
+void LogGrpcLine(gpr_log_func_args* args) {
+  LogLevel level = LogLevel::kDebug;
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) level = LogLevel::kWarning;
+  if (args->severity == GPR_LOG_SEVERITY_INFO) level = LogLevel::kInfo;
+  if (!LogEnabled(level)) return;
+  // gRPC's paths are its source tree's ("src/core/lib/..."); the file name
+  // is enough to find the line.
+  absl::string_view file = args->file;
+  if (const size_t slash = file.rfind('/'); slash != absl::string_view::npos)
+    file.remove_prefix(slash + 1);
+  LogLine(level,
+          absl::StrFormat("grpc %s:%d: %s", file, args->line, args->message));
+}
+
 }  // namespace
+
+void RouteGrpcLogs() { gpr_set_log_function(LogGrpcLine); }
 
 bool ParseLogLevel(absl::string_view name, LogLevel* level) {
   for (LogLevel candidate : {LogLevel::kDebug, LogLevel::kInfo,
