@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/bench.h"
 #include "client/client.h"
@@ -315,7 +316,7 @@ int RunTranspose() {
   absl::StatusOr<FileWriter> output = FileWriter::Create(out_path);
   if (!output.ok()) return FailHere(output.status());
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
-  if (!client.ok()) return Fail(client.status());
+  if (!client.ok()) return FailHere(client.status());
 
   // A large regular file is checked against the server's limit and this
   // machine's memory (it and the result are both held here) from its header,
@@ -337,9 +338,8 @@ int RunTranspose() {
   if (IsNpy(*contents)) {
     absl::StatusOr<NpyHeader> header = ParseNpyHeader(*contents, input_bytes);
     if (!header.ok()) {
-      return FailHere(
-          absl::Status(header.status().code(),
-                       absl::StrCat(in_path, ": ", header.status().message())));
+      return FailHere(absl::InvalidArgumentError(
+          absl::StrCat(in_path, ": ", header.status().message())));
     }
     if (dtype.has_value()) {
       if (ElementSize(*dtype) != header->element_size) {
@@ -483,9 +483,14 @@ int RunTranspose() {
   call.algorithm = *algorithm;
   call.force_stream = absl::GetFlag(FLAGS_stream);
   call.on_progress = [&bar](const TransferProgress& p) { bar.Update(p); };
+  const absl::Time start = absl::Now();
   absl::StatusOr<TransposeResult> result = (*client)->Transpose(input, call);
   bar.Done();
-  if (absl::IsDeadlineExceeded(result.status())) {
+  // The hint only when this call's own deadline ran out: the server ends
+  // a stalled stream with the same code, and a longer deadline does not help
+  // there.
+  if (absl::IsDeadlineExceeded(result.status()) &&
+      absl::Now() - start >= Deadline(/*quick_call=*/false)) {
     return Fail(absl::DeadlineExceededError(absl::StrCat(
         result.status().message(),
         " (--deadline=", absl::FormatDuration(Deadline(/*quick_call=*/false)),
@@ -497,7 +502,7 @@ int RunTranspose() {
 
 int RunInfo() {
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
-  if (!client.ok()) return Fail(client.status());
+  if (!client.ok()) return FailHere(client.status());
   absl::StatusOr<v1::ServerInfo> info =
       (*client)->GetServerInfo(Deadline(/*quick_call=*/true));
   if (!info.ok()) return Fail(info.status());
@@ -510,7 +515,8 @@ int RunInfo() {
           kernels::AlgorithmName(static_cast<kernels::Algorithm>(a)));
     }
     std::printf(
-        "backend %s: %s, %s, %u streams, %.1f GiB, copy bandwidth %.1f GB/s, "
+        "backend %s: %s, %s, %u streams, %.1f GiB memory, copy bandwidth %.1f "
+        "GB/s, "
         "algorithms %s\n",
         backend.name().c_str(), backend.device_name().c_str(),
         backend.healthy() ? "healthy" : "UNHEALTHY", backend.streams(),
@@ -531,7 +537,7 @@ int RunInfo() {
 int RunHealth() {
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) {
-    Fail(client.status());
+    FailHere(client.status());
     return kHealthUnknown;
   }
   const std::string service = absl::GetFlag(FLAGS_service);
@@ -564,6 +570,13 @@ int RunBenchCommand() {
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
   options.duration = absl::GetFlag(FLAGS_duration);
   options.count = absl::GetFlag(FLAGS_count);
+  if (const absl::CommandLineFlag& duration =
+          absl::GetFlagReflectionHandle(FLAGS_duration);
+      options.count > 0 && duration.CurrentValue() != duration.DefaultValue()) {
+    return Usage(absl::StrCat("--count=", options.count,
+                              " and --duration=", duration.CurrentValue(),
+                              " contradict each other: give one"));
+  }
   options.verify = absl::GetFlag(FLAGS_verify);
   options.call.force_stream = absl::GetFlag(FLAGS_stream);
   options.call.timeout = Deadline(/*quick_call=*/false);
@@ -603,7 +616,7 @@ int RunBenchCommand() {
 
   absl::StatusOr<std::unique_ptr<Client>> client =
       MakeClient(/*default_attempts=*/1);
-  if (!client.ok()) return Fail(client.status());
+  if (!client.ok()) return FailHere(client.status());
   if (absl::Status fits = CheckBenchFits(**client, options); !fits.ok()) {
     return Fail(fits);
   }

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -153,7 +154,13 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
   } else {
     return Invalid(absl::StrCat("format version ", major, " is unknown"));
   }
-  if (file.size() < prefix + header_len) return Invalid("truncated header");
+  if (file.size() < prefix + header_len) {
+    return Invalid(file_size < prefix + header_len
+                       ? "truncated header"
+                       : absl::StrFormat("header of %d bytes is longer than "
+                                         "the first %d bytes read for it",
+                                         header_len, file.size()));
+  }
   const absl::string_view dict = file.substr(prefix, header_len);
 
   NpyHeader header;
@@ -194,17 +201,17 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
 
   // An array with a zero dimension is a valid file with no data: the caller
   // decides what to do with it (the service takes no empty matrices).
-  uint64_t bytes = header.element_size;
+  uint64_t bytes = header.shape.empty() ? 0 : header.element_size;
   for (uint64_t dim : dims) {
     if (__builtin_mul_overflow(bytes, dim, &bytes)) {
       return Invalid(absl::StrCat("shape (", shape_text, ") overflows"));
     }
   }
-  if (file_size < header.data_offset ||
-      file_size - header.data_offset != bytes) {
-    return Invalid(
-        absl::StrFormat("header declares %d data bytes, the file holds %d",
-                        bytes, file_size - header.data_offset));
+  const uint64_t data_bytes =
+      file_size > header.data_offset ? file_size - header.data_offset : 0;
+  if (file_size < header.data_offset || data_bytes != bytes) {
+    return Invalid(absl::StrFormat(
+        "header declares %d data bytes, the file holds %d", bytes, data_bytes));
   }
   return header;
 }

@@ -6,7 +6,6 @@
 #define TRANSPOSE_CLIENT_NPY_H_
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"

@@ -118,10 +118,15 @@ TEST(NpyTest, ParsesTheHeaderFromTheStartOfTheFile) {
           .status()
           .message(),
       HasSubstr("the file holds 7999992"));
+  // Too little of the file read for its header, or a file that ends inside
+  // it.
   EXPECT_THAT(ParseNpyHeader(absl::string_view(file).substr(0, 50), file.size())
                   .status()
                   .message(),
-              HasSubstr("truncated header"));
+              HasSubstr("is longer than the first 50 bytes read"));
+  EXPECT_THAT(
+      ParseNpyHeader(absl::string_view(file).substr(0, 50)).status().message(),
+      HasSubstr("truncated header"));
 }
 
 TEST(NpyTest, RejectsWhatItCannotTranspose) {
@@ -146,6 +151,11 @@ TEST(NpyTest, RejectsWhatItCannotTranspose) {
             "4294967296), }",
             0),
        "overflows"},
+      // A zero dimension anywhere: no data, however large the others.
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, "
+            "1099511627776, 0), }",
+            4),
+       "declares 0 data bytes, the file holds 4"},
       {File("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3, "
             "4), }",
             48),

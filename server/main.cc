@@ -542,9 +542,10 @@ int Run() {
       absl::Seconds(absl::GetFlag(FLAGS_unready_seconds));
   const absl::Duration drain =
       absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  // In the flags' unit: FormatDuration writes a zero as a bare "0".
   Log(LogLevel::kInfo,
-      "signal %d: NOT_SERVING for %s, then draining for up to %s", signal,
-      absl::FormatDuration(unready), absl::FormatDuration(drain));
+      "signal %d: NOT_SERVING for %gs, then draining for up to %gs", signal,
+      absl::ToDoubleSeconds(unready), absl::ToDoubleSeconds(drain));
   // Load balancers and health-checking clients move away while calls are
   // still taken; then new calls get UNAVAILABLE and running ones may finish.
   // The service refuses them itself until none runs: a call that races the

@@ -102,16 +102,17 @@ class RpcScope {
 // arrived, so the client's own timer fires first and its cancellation can
 // arrive a little before the server's deadline: within kDeadlineSlack of it,
 // the deadline is taken to be the cause.
-// `when` says what the call was doing, and names the cause neither way.
+// `when`, if not empty, says at what point of the call.
 absl::Status EndedByTransport(const grpc::CallbackServerContext& context,
                               absl::string_view when) {
   constexpr auto kDeadlineSlack = std::chrono::milliseconds(100);
+  const absl::string_view space = when.empty() ? "" : " ";
   if (context.deadline() - kDeadlineSlack <= std::chrono::system_clock::now()) {
     return absl::DeadlineExceededError(
-        absl::StrCat("the call's deadline passed ", when));
+        absl::StrCat("the call's deadline passed", space, when));
   }
-  return absl::CancelledError(
-      absl::StrCat("the call was cancelled, or its connection lost, ", when));
+  return absl::CancelledError(absl::StrCat(
+      "the call was cancelled, or its connection lost", space, when));
 }
 
 void FillHeader(const TransposeSpec& spec, v1::TransposeResponse& response) {
@@ -362,8 +363,7 @@ class TransposeService::StreamCall final
 
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!finished_)
-      FinishLocked(EndedByTransport(context_, "before the call finished"));
+    if (!finished_) FinishLocked(EndedByTransport(context_, ""));
   }
 
   void OnDone() override {

@@ -172,6 +172,7 @@ class CliReadmeTest(unittest.TestCase):
         info = self.cli("info").stdout
         self.assertIn("backend ", info)
         self.assertIn("unary message 1.0 MiB", info)
+        self.assertRegex(info, r"streams, \d+\.\d GiB memory, copy bandwidth")
         self.assertEqual(self.cli("health").stdout.strip(), "SERVING")
         self.assertEqual(self.cli("health", "--service=transpose.v1.TransposeService").stdout
                          .strip(), "SERVING (transpose.v1.TransposeService)")
@@ -240,6 +241,8 @@ class CliReadmeTest(unittest.TestCase):
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.bin')}",
               "--dtype=float32", "--rows=0", "--cols=4"], "--rows=0"),
             (["bench", "--shape=0x5"], "--shape=0x5"),
+            (["bench", "--count=2", "--duration=1s"],
+             "--count=2 and --duration=1s contradict each other"),
             # A flag for another command: a typo'd command, or a mistaken flag.
             (["health", "--count=5"], "--count is for bench, not health"),
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
@@ -332,7 +335,7 @@ class CliReadmeTest(unittest.TestCase):
         self.assertIn("RESOURCE_EXHAUSTED", result.stderr)
 
     def test_an_input_over_the_server_limit_is_refused_before_it_is_read(self):
-        # Sparse: 4 GiB + 2 MiB of holes, over the server's 4 GiB limit with room for a header.
+        # Sparse raw input: 4 GiB + 2 MiB of holes, over the server's 4 GiB limit.
         huge = self.path("huge.bin")
         with open(huge, "wb") as f:
             f.truncate((4 << 30) + (2 << 20))

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpc/support/log.h"
@@ -31,6 +32,11 @@ void LogGrpcLine(gpr_log_func_args* args) {
   LogLevel level = LogLevel::kDebug;
   if (args->severity == GPR_LOG_SEVERITY_ERROR) level = LogLevel::kWarning;
   if (args->severity == GPR_LOG_SEVERITY_INFO) level = LogLevel::kInfo;
+  // A failed GPR_ASSERT logs this and aborts: the one line that explains a
+  // crash, so it shows at every level.
+  if (absl::StartsWith(args->message, "assertion failed")) {
+    level = LogLevel::kError;
+  }
   if (!LogEnabled(level)) return;
   // gRPC's paths are its source tree's ("src/core/lib/..."); the file name
   // is enough to find the line.

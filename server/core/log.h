@@ -25,7 +25,8 @@ void LogLine(LogLevel level, absl::string_view message);
 // Makes gRPC's own log lines (gpr_log: those at or above GRPC_VERBOSITY,
 // ERROR by default) lines of this log, so that a program's stderr has one
 // format: gRPC's errors as warnings (the program reports what failed itself),
-// its info and debug lines as ours.
+// but a failed assertion, which aborts, as an error; its info and debug lines
+// as ours.
 void RouteGrpcLogs();
 
 template <typename... Args>
