@@ -334,6 +334,7 @@ int RunTranspose() {
 
   MatrixView input;
   bool batched = false;
+  bool fortran_order = false;
   size_t data_offset = 0;
   if (IsNpy(*contents)) {
     absl::StatusOr<NpyHeader> header = ParseNpyHeader(*contents, input_bytes);
@@ -367,6 +368,7 @@ int RunTranspose() {
     }
     input.shape = header->shape;
     batched = header->batched;
+    fortran_order = header->fortran_order;
     data_offset = header->data_offset;
     // The header gives the shape: a raw-input flag that says otherwise is a
     // mistake, not something to ignore.
@@ -477,6 +479,20 @@ int RunTranspose() {
                  "empty: no data, no call to the server");
   }
 
+  // A Fortran-order file (np.save of a transposed view writes one) stores
+  // element (b, r, c) at b + B * (r + R * c). A matrix's elements are then
+  // already its transpose in C order; a batch's form a (C * R) x B matrix in
+  // C order, whose transpose is the result.
+  MatrixView sent = input;
+  if (fortran_order) {
+    if (!batched) {
+      return write(input.shape.Transposed(), input.data,
+                   "Fortran order: the file holds the transpose already, no "
+                   "call to the server");
+    }
+    sent.shape = {1, input.shape.cols * input.shape.rows, input.shape.batch};
+  }
+
   ProgressBar bar(absl::GetFlag(FLAGS_progress) &&
                   ProgressBar::StderrIsTerminal());
   CallOptions call;
@@ -484,7 +500,7 @@ int RunTranspose() {
   call.force_stream = absl::GetFlag(FLAGS_stream);
   call.on_progress = [&bar](const TransferProgress& p) { bar.Update(p); };
   const absl::Time start = absl::Now();
-  absl::StatusOr<TransposeResult> result = (*client)->Transpose(input, call);
+  absl::StatusOr<TransposeResult> result = (*client)->Transpose(sent, call);
   bar.Done();
   // The hint only when this call's own deadline ran out: the server ends
   // a stalled stream with the same code, and a longer deadline does not help
@@ -497,7 +513,8 @@ int RunTranspose() {
         "; a longer one gives large matrices and slow links their time)")));
   }
   if (!result.ok()) return Fail(result.status());
-  return write(result->shape, result->data, StatsLine(result->stats));
+  return write(input.shape.Transposed(), result->data,
+               StatsLine(result->stats));
 }
 
 int RunInfo() {

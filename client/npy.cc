@@ -173,10 +173,10 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
   header.element_size = element.size;
   TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view fortran,
                              DictValue(dict, "fortran_order"));
-  if (fortran != "False") {
-    return Invalid(
-        "array is in Fortran order; save np.ascontiguousarray(a) instead");
+  if (fortran != "False" && fortran != "True") {
+    return Invalid(absl::StrCat("fortran_order ", fortran, " does not parse"));
   }
+  header.fortran_order = fortran == "True";
   TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view shape_text,
                              DictValue(dict, "shape"));
   std::vector<uint64_t> dims;

@@ -25,6 +25,9 @@ struct NpyHeader {
   MatrixShape shape;
   // True when the file's shape was 3-D; a 2-D file reads as batch 1.
   bool batched = false;
+  // The elements are stored in Fortran order (the first index varies
+  // fastest), as np.save writes a transposed view; `shape` is the array's.
+  bool fortran_order = false;
   // Where the elements start in the file.
   size_t data_offset = 0;
 };
@@ -35,7 +38,7 @@ absl::string_view NpyDescr(DataType dtype);
 // Parses the header of a .npy file of `file_size` bytes, from `start`, its
 // first bytes (the whole header at least), and checks the data size against
 // it. INVALID_ARGUMENT names what is wrong: bad magic, a header that does not
-// parse, Fortran order, big-endian, structured or object dtypes, other than 2
+// parse, big-endian, structured or object dtypes, other than 2
 // or 3 dimensions, or a data size that does not match. An array with a zero
 // dimension parses, with no data.
 absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view start,

@@ -104,6 +104,19 @@ TEST(NpyTest, ReadsOtherPlainTypesAsSizedElements) {
             4u);
 }
 
+TEST(NpyTest, ReadsFortranOrder) {
+  absl::StatusOr<NpyHeader> header = ParseNpyHeader(
+      File("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", 48));
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_TRUE(header->fortran_order);
+  EXPECT_EQ(header->shape, (MatrixShape{1, 3, 4}));
+  EXPECT_FALSE(
+      ParseNpyHeader(
+          File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }",
+               48))
+          ->fortran_order);
+}
+
 // A large file's header is parsed from its first bytes, against its size.
 TEST(NpyTest, ParsesTheHeaderFromTheStartOfTheFile) {
   const std::string file =
@@ -136,8 +149,8 @@ TEST(NpyTest, RejectsWhatItCannotTranspose) {
   };
   const Case cases[] = {
       {"not numpy at all", "magic"},
-      {File("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", 48),
-       "Fortran"},
+      {File("{'descr': '<f4', 'fortran_order': 1, 'shape': (3, 4), }", 48),
+       "fortran_order 1 does not parse"},
       {File("{'descr': '>f4', 'fortran_order': False, 'shape': (3, 4), }", 48),
        "big-endian"},
       {File("{'descr': '|O', 'fortran_order': False, 'shape': (3, 4), }", 96),
