@@ -92,8 +92,9 @@ ABSL_FLAG(bool, progress, true,
 ABSL_FLAG(std::string, service, "",
           "health: the service to check (empty: the whole server).");
 ABSL_FLAG(int, concurrency, 1, "bench: requests in flight.");
-ABSL_FLAG(absl::Duration, duration, absl::Seconds(10),
-          "bench: how long to run.");
+// Optional, so that one given with --count can be told from the default.
+ABSL_FLAG(std::optional<absl::Duration>, duration, std::nullopt,
+          "bench: how long to run (default 10s).");
 ABSL_FLAG(uint64_t, count, 0,
           "bench: run exactly this many requests instead of --duration.");
 ABSL_FLAG(std::string, shape, "1024x1024",
@@ -155,7 +156,7 @@ std::string CommonFlagsError() {
   if (absl::GetFlag(FLAGS_server).empty()) {
     return "--server=: expected a target, e.g. localhost:50051";
   }
-  if (const absl::Status target = CheckTargetPorts(absl::GetFlag(FLAGS_server));
+  if (const absl::Status target = CheckTarget(absl::GetFlag(FLAGS_server));
       !target.ok()) {
     return absl::StrCat("--server=", absl::GetFlag(FLAGS_server), ": ",
                         target.message());
@@ -414,21 +415,34 @@ int RunTranspose() {
       if (value == 0)
         return Usage(absl::StrCat("--", name, "=0: expected 1 or more"));
     }
-    if (absl::StatusOr<uint64_t> bytes = MatrixBytes(input.dtype, input.shape);
-        !bytes.ok()) {
+    absl::StatusOr<uint64_t> bytes = MatrixBytes(input.dtype, input.shape);
+    if (!bytes.ok()) {
       return Usage(absl::StrCat("--batch, --rows and --cols give ",
                                 ShapeToString(input.shape), ": ",
                                 bytes.status().message()));
     }
+    // Here, before a large file is read, rather than in the client library.
+    if (*bytes != input_bytes) {
+      return FailHere(absl::InvalidArgumentError(absl::StrFormat(
+          "%s holds %d bytes; %s %s needs %d", in_path, input_bytes,
+          DataTypeName(input.dtype), ShapeToString(input.shape), *bytes)));
+    }
     batched = input.shape.batch > 1;
   }
 
+  // A Fortran-order file (np.save of a transposed view writes one) stores
+  // element (b, r, c) at b + B * (r + R * c). One matrix's elements are then
+  // already its transpose in C order, and need no call; a batch's form a
+  // (C * R) x B matrix in C order, whose transpose is the result.
+  const bool no_call =
+      input.shape.empty() || (fortran_order && input.shape.batch == 1);
   if (large) {
     // A server that does not answer here is left to the transpose call,
     // which retries.
     absl::StatusOr<v1::ServerInfo> info =
-        (*client)->GetServerInfo(Deadline(/*quick_call=*/true));
-    if (info.ok() && !input.shape.empty()) {
+        no_call ? absl::StatusOr<v1::ServerInfo>(absl::CancelledError())
+                : (*client)->GetServerInfo(Deadline(/*quick_call=*/true));
+    if (info.ok()) {
       if (absl::Status under =
               CheckMatrixUnderLimit(info->limits(), input.dtype, input.shape);
           !under.ok()) {
@@ -466,10 +480,15 @@ int RunTranspose() {
                           data.size())};
     if (absl::Status written = output->Commit(parts); !written.ok())
       return FailHere(written);
+    // As the file's dimensions: a batch of one keeps its batch.
+    const auto dims = [batched](const MatrixShape& s) {
+      return batched ? absl::StrCat(s.batch, "x", s.rows, "x", s.cols)
+                     : ShapeToString(s);
+    };
     std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n",
                  std::string(DataTypeName(input.dtype)).c_str(),
-                 ShapeToString(input.shape).c_str(),
-                 ShapeToString(shape).c_str(), out_path.c_str(), how.c_str());
+                 dims(input.shape).c_str(), dims(shape).c_str(),
+                 out_path.c_str(), how.c_str());
     return 0;
   };
   // NumPy transposes empty arrays too; the service takes none, and none is
@@ -479,13 +498,9 @@ int RunTranspose() {
                  "empty: no data, no call to the server");
   }
 
-  // A Fortran-order file (np.save of a transposed view writes one) stores
-  // element (b, r, c) at b + B * (r + R * c). A matrix's elements are then
-  // already its transpose in C order; a batch's form a (C * R) x B matrix in
-  // C order, whose transpose is the result.
   MatrixView sent = input;
   if (fortran_order) {
-    if (!batched) {
+    if (no_call) {
       return write(input.shape.Transposed(), input.data,
                    "Fortran order: the file holds the transpose already, no "
                    "call to the server");
@@ -585,14 +600,16 @@ int RunBenchCommand() {
   BenchOptions options;
   options.call.canceller = &stop;
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
-  options.duration = absl::GetFlag(FLAGS_duration);
   options.count = absl::GetFlag(FLAGS_count);
-  if (const absl::CommandLineFlag& duration =
-          absl::GetFlagReflectionHandle(FLAGS_duration);
-      options.count > 0 && duration.CurrentValue() != duration.DefaultValue()) {
-    return Usage(absl::StrCat("--count=", options.count,
-                              " and --duration=", duration.CurrentValue(),
-                              " contradict each other: give one"));
+  if (const std::optional<absl::Duration> duration =
+          absl::GetFlag(FLAGS_duration);
+      duration.has_value()) {
+    if (options.count > 0) {
+      return Usage(absl::StrCat("--count=", options.count, " and --duration=",
+                                absl::FormatDuration(*duration),
+                                " contradict each other: give one"));
+    }
+    options.duration = *duration;
   }
   options.verify = absl::GetFlag(FLAGS_verify);
   options.call.force_stream = absl::GetFlag(FLAGS_stream);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/random/random.h"
 #include "absl/status/status.h"
@@ -142,39 +143,69 @@ bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
   }
 }
 
-absl::Status CheckTargetPorts(absl::string_view target) {
-  if (absl::StartsWith(target, "unix:") ||
-      absl::StartsWith(target, "unix-abstract:") ||
-      absl::StartsWith(target, "vsock:")) {
-    return absl::OkStatus();
+absl::Status CheckTarget(absl::string_view target) {
+  const auto invalid = [target](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("target ", target, ": ", why));
+  };
+  absl::string_view rest = target;
+  for (absl::string_view scheme : {"unix:", "unix-abstract:", "vsock:"}) {
+    if (absl::ConsumePrefix(&rest, scheme)) {
+      return rest.empty() ? invalid("names no address") : absl::OkStatus();
+    }
   }
-  // gRPC turns a scheme with no address into a channel that fails every call
-  // with "Failed to create secure client channel", TLS or not.
-  for (absl::string_view scheme : {"dns:", "ipv4:", "ipv6:"}) {
-    absl::string_view rest = target;
-    if (!absl::ConsumePrefix(&rest, scheme)) continue;
+  bool listed = false;
+  if (absl::ConsumePrefix(&rest, "dns:")) {
     // "dns://AUTHORITY/NAME": the authority is the resolver's, not the name.
     if (absl::ConsumePrefix(&rest, "//")) {
       const size_t slash = rest.find('/');
       rest = slash == absl::string_view::npos ? "" : rest.substr(slash + 1);
     }
-    if (rest.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("target ", target, " names no address"));
-    }
+  } else if (absl::ConsumePrefix(&rest, "ipv4:") ||
+             absl::ConsumePrefix(&rest, "ipv6:")) {
+    listed = true;  // Addresses separated by commas.
+  } else if (absl::StrContains(target, "://")) {
+    return absl::OkStatus();  // Another resolver's ("xds:///svc"): its rules.
   }
-  // "ipv4:" and "ipv6:" targets list addresses separated by commas.
-  for (absl::string_view address : absl::StrSplit(target, ',')) {
-    const size_t colon = address.rfind(':');
-    if (colon == absl::string_view::npos) continue;
-    const absl::string_view port = address.substr(colon + 1);
+  // gRPC would fail every call with "Failed to create secure client channel"
+  // (TLS or not), "empty address list" or "unparseable host:port".
+  if (rest.empty()) return invalid("names no address");
+  const std::vector<absl::string_view> addresses =
+      listed ? absl::StrSplit(rest, ',') : std::vector<absl::string_view>{rest};
+  for (absl::string_view address : addresses) {
+    absl::string_view host = address;
+    absl::string_view port;
+    bool has_port = false;
+    if (absl::StartsWith(address, "[")) {
+      const size_t close = address.find(']');
+      if (close == absl::string_view::npos) {
+        return invalid(absl::StrCat(address, " has no closing ]"));
+      }
+      host = address.substr(1, close - 1);
+      absl::string_view after = address.substr(close + 1);
+      has_port = absl::ConsumePrefix(&after, ":");
+      if (!has_port && !after.empty()) {
+        return invalid(absl::StrCat(address, " does not parse as [HOST]:PORT"));
+      }
+      port = after;
+    } else {
+      const size_t colon = address.rfind(':');
+      // A bare IPv6 address ("::1") takes gRPC's default port.
+      has_port = colon != absl::string_view::npos && address.find(':') == colon;
+      if (has_port) {
+        host = address.substr(0, colon);
+        port = address.substr(colon + 1);
+      }
+    }
+    if (host.empty()) return invalid(absl::StrCat(address, " names no host"));
+    if (!has_port) continue;  // gRPC's default port.
     if (port.empty() ||
         !std::all_of(port.begin(), port.end(), absl::ascii_isdigit)) {
-      continue;  // Not a port: "[::1]", a name with a scheme, ...
+      return invalid(absl::StrCat("port '", port, "' is not a number"));
     }
+    // gRPC would take it modulo 65536 (":107951" reaching port 42415).
     if (port.size() > 5 || std::stoi(std::string(port)) > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("target ", target, ": port ", port, " is past 65535"));
+      return invalid(absl::StrCat("port ", port, " is past 65535"));
     }
   }
   return absl::OkStatus();
@@ -196,7 +227,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     const ClientOptions& options) {
   if (options.target.empty())
     return absl::InvalidArgumentError("no server target given");
-  TRANSPOSE_RETURN_IF_ERROR(CheckTargetPorts(options.target));
+  TRANSPOSE_RETURN_IF_ERROR(CheckTarget(options.target));
   if (options.chunk_bytes == 0)
     return absl::InvalidArgumentError("chunk_bytes is 0");
   grpc::ChannelArguments args;

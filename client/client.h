@@ -26,11 +26,12 @@
 
 namespace transpose {
 
-// Checks the ports a gRPC target names: INVALID_ARGUMENT for a port past
-// 65535, which gRPC would quietly take modulo 65536 (":107951" reaching port
-// 42415), or a dns:, ipv4: or ipv6: target with no address ("dns:///").
-// Targets without ports, and unix: and vsock: targets, pass.
-absl::Status CheckTargetPorts(absl::string_view target);
+// Checks a gRPC target before gRPC takes it: INVALID_ARGUMENT, naming the
+// target, for no address ("dns:///", "unix:"), an address with no host
+// (":50051"), a port that is not a number ("localhost:abc", "localhost:") or
+// one past 65535, which gRPC would quietly take modulo 65536. Targets of other
+// resolvers ("xds:///svc") pass unchecked.
+absl::Status CheckTarget(absl::string_view target);
 
 // RESOURCE_EXHAUSTED, in the server's own words, for a `dtype` `shape` matrix
 // over `limits.max_matrix_bytes()`: what the server would answer, before the

@@ -81,10 +81,10 @@ struct ElementType {
   size_t size = 0;
 };
 
-// NumPy's plain kinds with a byte count in the descr: elements whose bytes
-// can be moved as any type of their size. Not 'O' (pointers) or 'U' (counted
-// in 4-byte characters).
-constexpr absl::string_view kPlainKinds = "biufcVSMm";
+// NumPy's plain kinds, with a byte count in the descr ('U': a count of 4-byte
+// characters): elements whose bytes can be moved as any type of their size.
+// Not 'O' (pointers).
+constexpr absl::string_view kPlainKinds = "biufcVSMmU";
 
 absl::StatusOr<ElementType> ElementTypeOfDescr(absl::string_view descr) {
   std::string normalized(descr);
@@ -109,7 +109,9 @@ absl::StatusOr<ElementType> ElementTypeOfDescr(absl::string_view descr) {
       absl::StrContains(kPlainKinds, rest[1])) {
     rest.remove_prefix(2);
     const absl::string_view digits = rest.substr(0, rest.find('['));
-    if (!absl::SimpleAtoi(digits, &size)) size = 0;
+    // No sane element is 4 GiB; the bound keeps the 'U' count from wrapping.
+    if (!absl::SimpleAtoi(digits, &size) || size > (size_t{1} << 32)) size = 0;
+    if (normalized[1] == 'U') size *= 4;
   }
   // One-byte types were made order-free above.
   if (size > 0 && normalized[0] == '>') {
