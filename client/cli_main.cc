@@ -291,6 +291,119 @@ std::optional<DataType> SomeTypeOfSize(size_t size) {
   return std::nullopt;
 }
 
+// What an input holds: its elements' type and shape, and where they start.
+struct InputLayout {
+  DataType dtype = DataType::kUnspecified;
+  MatrixShape shape;
+  // A 3-D .npy file (a batch of one included), or raw input with --batch
+  // over 1: the output has three dimensions too.
+  bool batched = false;
+  bool fortran_order = false;
+  size_t data_offset = 0;
+};
+
+// The layout of the `input_bytes` bytes at `in_path`, which begin with
+// `start`: from its .npy header, or from the raw-input flags. Returns 0, or
+// the exit code of a mistake it has reported.
+int ReadLayout(const std::string& in_path, absl::string_view start,
+               uint64_t input_bytes, std::optional<DataType> dtype,
+               InputLayout& layout) {
+  if (IsNpy(start)) {
+    absl::StatusOr<NpyHeader> header = ParseNpyHeader(start, input_bytes);
+    if (!header.ok()) {
+      return FailHere(absl::InvalidArgumentError(
+          absl::StrCat(in_path, ": ", header.status().message())));
+    }
+    if (dtype.has_value()) {
+      if (ElementSize(*dtype) != header->element_size) {
+        return Usage(absl::StrFormat(
+            "--dtype=%s has %d-byte elements, but %s holds '%s', %d-byte "
+            "elements",
+            DataTypeName(*dtype), ElementSize(*dtype), in_path, header->descr,
+            header->element_size));
+      }
+      layout.dtype = *dtype;
+    } else if (header->dtype == DataType::kUnspecified) {
+      const std::optional<DataType> same_size =
+          SomeTypeOfSize(header->element_size);
+      return FailHere(absl::InvalidArgumentError(absl::StrFormat(
+          "%s: dtype '%s' is none of the service's types; %s", in_path,
+          header->descr,
+          same_size.has_value()
+              ? absl::StrFormat("--dtype=%s (or another %d-byte type) "
+                                "moves its bytes as that type",
+                                DataTypeName(*same_size), header->element_size)
+              : absl::StrFormat("none has %d-byte elements",
+                                header->element_size))));
+    } else {
+      layout.dtype = header->dtype;
+    }
+    layout.shape = header->shape;
+    layout.batched = header->batched;
+    layout.fortran_order = header->fortran_order;
+    layout.data_offset = header->data_offset;
+    // The header gives the shape: a raw-input flag that says otherwise is a
+    // mistake, not something to ignore.
+    struct ShapeFlag {
+      const char* name;
+      std::optional<uint64_t> flag;
+      uint64_t file;
+    };
+    const ShapeFlag shape_flags[] = {
+        {"rows", absl::GetFlag(FLAGS_rows), layout.shape.rows},
+        {"cols", absl::GetFlag(FLAGS_cols), layout.shape.cols},
+        {"batch", absl::GetFlag(FLAGS_batch), layout.shape.batch}};
+    for (const ShapeFlag& shape_flag : shape_flags) {
+      if (shape_flag.flag.has_value() && *shape_flag.flag != shape_flag.file) {
+        return Usage(absl::StrFormat(
+            "--%s=%d, but %s holds %s by its .npy header (leave the shape "
+            "flags out for .npy input)",
+            shape_flag.name, *shape_flag.flag, in_path,
+            ShapeToString(layout.shape)));
+      }
+    }
+  } else {
+    std::vector<absl::string_view> missing;
+    if (!absl::GetFlag(FLAGS_rows).has_value()) missing.push_back("--rows");
+    if (!absl::GetFlag(FLAGS_cols).has_value()) missing.push_back("--cols");
+    if (!dtype.has_value()) missing.push_back("--dtype");
+    if (!missing.empty()) {
+      return Usage(
+          absl::StrCat(in_path,
+                       absl::EndsWithIgnoreCase(in_path, ".npy")
+                           ? " does not start as a .npy file does (\\x93NUMPY)"
+                           : " is not a .npy file",
+                       "; raw input needs ", absl::StrJoin(missing, ", ")));
+    }
+    layout.dtype = *dtype;
+    layout.shape = {absl::GetFlag(FLAGS_batch).value_or(1),
+                    *absl::GetFlag(FLAGS_rows), *absl::GetFlag(FLAGS_cols)};
+    const std::pair<const char*, uint64_t> dims[] = {
+        {"rows", layout.shape.rows},
+        {"cols", layout.shape.cols},
+        {"batch", layout.shape.batch}};
+    for (const auto& [name, value] : dims) {
+      if (value == 0)
+        return Usage(absl::StrCat("--", name, "=0: expected 1 or more"));
+    }
+    absl::StatusOr<uint64_t> bytes = MatrixBytes(layout.dtype, layout.shape);
+    if (!bytes.ok()) {
+      return Usage(absl::StrCat("--batch, --rows and --cols give ",
+                                ShapeToString(layout.shape), ": ",
+                                bytes.status().message()));
+    }
+    // Here, before a large file is read, rather than in the client library.
+    if (*bytes != input_bytes) {
+      return FailHere(absl::InvalidArgumentError(absl::StrFormat(
+          "%s holds %d bytes; %s %s needs %d", in_path, input_bytes,
+          DataTypeName(layout.dtype), ShapeToString(layout.shape), *bytes)));
+    }
+    layout.batched = layout.shape.batch > 1;
+  }
+
+  return 0;
+}
+
 int RunTranspose() {
   // "-": standard input and output, as shell tools take it.
   const auto path_of = [](std::string flag, const char* standard) {
@@ -333,109 +446,22 @@ int RunTranspose() {
   if (!contents.ok()) return FailHere(contents.status());
   const uint64_t input_bytes = large ? file.st_size : contents->size();
 
-  MatrixView input;
-  bool batched = false;
-  bool fortran_order = false;
-  size_t data_offset = 0;
-  if (IsNpy(*contents)) {
-    absl::StatusOr<NpyHeader> header = ParseNpyHeader(*contents, input_bytes);
-    if (!header.ok()) {
-      return FailHere(absl::InvalidArgumentError(
-          absl::StrCat(in_path, ": ", header.status().message())));
-    }
-    if (dtype.has_value()) {
-      if (ElementSize(*dtype) != header->element_size) {
-        return Usage(absl::StrFormat(
-            "--dtype=%s has %d-byte elements, but %s holds '%s', %d-byte "
-            "elements",
-            DataTypeName(*dtype), ElementSize(*dtype), in_path, header->descr,
-            header->element_size));
-      }
-      input.dtype = *dtype;
-    } else if (header->dtype == DataType::kUnspecified) {
-      const std::optional<DataType> same_size =
-          SomeTypeOfSize(header->element_size);
-      return FailHere(absl::InvalidArgumentError(absl::StrFormat(
-          "%s: dtype '%s' is none of the service's types; %s", in_path,
-          header->descr,
-          same_size.has_value()
-              ? absl::StrFormat("--dtype=%s (or another %d-byte type) "
-                                "moves its bytes as that type",
-                                DataTypeName(*same_size), header->element_size)
-              : absl::StrFormat("none has %d-byte elements",
-                                header->element_size))));
-    } else {
-      input.dtype = header->dtype;
-    }
-    input.shape = header->shape;
-    batched = header->batched;
-    fortran_order = header->fortran_order;
-    data_offset = header->data_offset;
-    // The header gives the shape: a raw-input flag that says otherwise is a
-    // mistake, not something to ignore.
-    struct ShapeFlag {
-      const char* name;
-      std::optional<uint64_t> flag;
-      uint64_t file;
-    };
-    const ShapeFlag shape_flags[] = {
-        {"rows", absl::GetFlag(FLAGS_rows), input.shape.rows},
-        {"cols", absl::GetFlag(FLAGS_cols), input.shape.cols},
-        {"batch", absl::GetFlag(FLAGS_batch), input.shape.batch}};
-    for (const ShapeFlag& shape_flag : shape_flags) {
-      if (shape_flag.flag.has_value() && *shape_flag.flag != shape_flag.file) {
-        return Usage(absl::StrFormat(
-            "--%s=%d, but %s holds %s by its .npy header (leave the shape "
-            "flags out for .npy input)",
-            shape_flag.name, *shape_flag.flag, in_path,
-            ShapeToString(input.shape)));
-      }
-    }
-  } else {
-    std::vector<absl::string_view> missing;
-    if (!absl::GetFlag(FLAGS_rows).has_value()) missing.push_back("--rows");
-    if (!absl::GetFlag(FLAGS_cols).has_value()) missing.push_back("--cols");
-    if (!dtype.has_value()) missing.push_back("--dtype");
-    if (!missing.empty()) {
-      return Usage(
-          absl::StrCat(in_path,
-                       absl::EndsWithIgnoreCase(in_path, ".npy")
-                           ? " does not start as a .npy file does (\\x93NUMPY)"
-                           : " is not a .npy file",
-                       "; raw input needs ", absl::StrJoin(missing, ", ")));
-    }
-    input.dtype = *dtype;
-    input.shape = {absl::GetFlag(FLAGS_batch).value_or(1),
-                   *absl::GetFlag(FLAGS_rows), *absl::GetFlag(FLAGS_cols)};
-    const std::pair<const char*, uint64_t> dims[] = {
-        {"rows", input.shape.rows},
-        {"cols", input.shape.cols},
-        {"batch", input.shape.batch}};
-    for (const auto& [name, value] : dims) {
-      if (value == 0)
-        return Usage(absl::StrCat("--", name, "=0: expected 1 or more"));
-    }
-    absl::StatusOr<uint64_t> bytes = MatrixBytes(input.dtype, input.shape);
-    if (!bytes.ok()) {
-      return Usage(absl::StrCat("--batch, --rows and --cols give ",
-                                ShapeToString(input.shape), ": ",
-                                bytes.status().message()));
-    }
-    // Here, before a large file is read, rather than in the client library.
-    if (*bytes != input_bytes) {
-      return FailHere(absl::InvalidArgumentError(absl::StrFormat(
-          "%s holds %d bytes; %s %s needs %d", in_path, input_bytes,
-          DataTypeName(input.dtype), ShapeToString(input.shape), *bytes)));
-    }
-    batched = input.shape.batch > 1;
+  InputLayout layout;
+  if (const int mistake =
+          ReadLayout(in_path, *contents, input_bytes, dtype, layout);
+      mistake != 0) {
+    return mistake;
   }
+  MatrixView input;
+  input.dtype = layout.dtype;
+  input.shape = layout.shape;
 
   // A Fortran-order file (np.save of a transposed view writes one) stores
   // element (b, r, c) at b + B * (r + R * c). One matrix's elements are then
   // already its transpose in C order, and need no call; a batch's form a
   // (C * R) x B matrix in C order, whose transpose is the result.
   const bool no_call =
-      input.shape.empty() || (fortran_order && input.shape.batch == 1);
+      input.shape.empty() || (layout.fortran_order && input.shape.batch == 1);
   if (large) {
     // A server that does not answer here is left to the transpose call,
     // which retries.
@@ -463,8 +489,8 @@ int RunTranspose() {
     }
   }
   input.data = absl::Span<const uint8_t>(
-      reinterpret_cast<const uint8_t*>(contents->data()) + data_offset,
-      contents->size() - data_offset);
+      reinterpret_cast<const uint8_t*>(contents->data()) + layout.data_offset,
+      contents->size() - layout.data_offset);
 
   // The result, as a .npy file when --out says so.
   const auto write = [&](const MatrixShape& shape,
@@ -472,7 +498,7 @@ int RunTranspose() {
                          const std::string& how) {
     const std::string npy_header =
         absl::EndsWithIgnoreCase(out_path, ".npy")
-            ? FormatNpyHeader(input.dtype, shape, batched)
+            ? FormatNpyHeader(input.dtype, shape, layout.batched)
             : "";
     const absl::string_view parts[] = {
         npy_header,
@@ -481,9 +507,9 @@ int RunTranspose() {
     if (absl::Status written = output->Commit(parts); !written.ok())
       return FailHere(written);
     // As the file's dimensions: a batch of one keeps its batch.
-    const auto dims = [batched](const MatrixShape& s) {
-      return batched ? absl::StrCat(s.batch, "x", s.rows, "x", s.cols)
-                     : ShapeToString(s);
+    const auto dims = [&layout](const MatrixShape& s) {
+      return layout.batched ? absl::StrCat(s.batch, "x", s.rows, "x", s.cols)
+                            : ShapeToString(s);
     };
     std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n",
                  std::string(DataTypeName(input.dtype)).c_str(),
@@ -499,7 +525,7 @@ int RunTranspose() {
   }
 
   MatrixView sent = input;
-  if (fortran_order) {
+  if (layout.fortran_order) {
     if (no_call) {
       return write(input.shape.Transposed(), input.data,
                    "Fortran order: the file holds the transpose already, no "
