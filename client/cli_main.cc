@@ -589,6 +589,17 @@ int RunInfo() {
       limits.max_message_bytes() / 1048576.0,
       limits.max_matrix_bytes() / 1048576.0,
       limits.response_chunk_bytes() / 1048576.0);
+  // Past these, requests are refused busy (RESOURCE_EXHAUSTED) until others
+  // finish.
+  std::printf(
+      "admission: %s of matrices and %s at once\n",
+      limits.max_inflight_bytes() == 0
+          ? "no limit on bytes"
+          : absl::StrFormat("%.1f MiB", limits.max_inflight_bytes() / 1048576.0)
+                .c_str(),
+      limits.max_inflight_requests() == 0
+          ? "no limit on requests"
+          : absl::StrCat(limits.max_inflight_requests(), " requests").c_str());
   return 0;
 }
 

@@ -502,6 +502,8 @@ grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
   limits.set_max_message_bytes(options_.max_message_bytes);
   limits.set_max_matrix_bytes(engine_.options().max_matrix_bytes);
   limits.set_response_chunk_bytes(options_.response_chunk_bytes);
+  limits.set_max_inflight_bytes(engine_.options().max_inflight_bytes);
+  limits.set_max_inflight_requests(engine_.options().max_inflight_requests);
   reactor->Finish(scope.Finish(absl::OkStatus()));
   return reactor;
 }

@@ -272,6 +272,11 @@ class ObservabilityTest(unittest.TestCase):
             self.assertIn("UNIMPLEMENTED", line)
             self.assertIn("naive", line)
 
+    def test_info_shows_the_admission_limits(self):
+        info = self.cli("info").stdout
+        self.assertIn(f"admission: {self.LIMIT_BYTES / 1048576:.1f} MiB of matrices and "
+                      f"{self.LIMIT_REQUESTS} requests at once\n", info)
+
     def test_grpc_log_lines_come_in_the_servers_format(self):
         # A second server on this one's port: gRPC logs why it cannot bind, then the server
         # says so itself; every stderr line is one of the server's.

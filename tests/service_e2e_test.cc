@@ -34,6 +34,9 @@ using ::testing::StartsWith;
 
 constexpr uint64_t kUnaryLimit = 1 << 20;
 constexpr uint64_t kMatrixLimit = 64 << 20;
+// Near the defaults, which the tests here stay far below.
+constexpr uint64_t kInflightBytesLimit = uint64_t{7} << 30;
+constexpr int kInflightRequestsLimit = 250;
 
 class ServiceTest : public ::testing::Test {
  protected:
@@ -41,7 +44,9 @@ class ServiceTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
         ServerProcess::StartFromEnvironment(
             {absl::StrCat("--max_message_bytes=", kUnaryLimit),
-             absl::StrCat("--max_matrix_bytes=", kMatrixLimit)});
+             absl::StrCat("--max_matrix_bytes=", kMatrixLimit),
+             absl::StrCat("--max_inflight_bytes=", kInflightBytesLimit),
+             absl::StrCat("--max_inflight_requests=", kInflightRequestsLimit)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
     ClientOptions options;
@@ -467,6 +472,8 @@ TEST_F(ServiceTest, GetServerInfoReportsBackendsAndLimits) {
   EXPECT_GT(info->backends(0).total_memory_bytes(), uint64_t{1} << 30);
   EXPECT_EQ(info->limits().max_message_bytes(), kUnaryLimit);
   EXPECT_EQ(info->limits().max_matrix_bytes(), kMatrixLimit);
+  EXPECT_EQ(info->limits().max_inflight_bytes(), kInflightBytesLimit);
+  EXPECT_EQ(info->limits().max_inflight_requests(), kInflightRequestsLimit);
 }
 
 TEST_F(ServiceTest, HealthAnswers) {
