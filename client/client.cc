@@ -148,6 +148,10 @@ absl::Status CheckTarget(absl::string_view target) {
     return absl::InvalidArgumentError(
         absl::StrCat("target ", target, ": ", why));
   };
+  if (target.empty()) {
+    return absl::InvalidArgumentError(
+        "no target given; expected one such as localhost:50051");
+  }
   absl::string_view rest = target;
   for (absl::string_view scheme : {"unix:", "unix-abstract:", "vsock:"}) {
     if (absl::ConsumePrefix(&rest, scheme)) {
@@ -225,8 +229,6 @@ absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     const ClientOptions& options) {
-  if (options.target.empty())
-    return absl::InvalidArgumentError("no server target given");
   TRANSPOSE_RETURN_IF_ERROR(CheckTarget(options.target));
   if (options.chunk_bytes == 0)
     return absl::InvalidArgumentError("chunk_bytes is 0");

@@ -27,7 +27,8 @@
 namespace transpose {
 
 // Checks a gRPC target before gRPC takes it: INVALID_ARGUMENT, naming the
-// target, for no address ("dns:///", "unix:"), an address with no host
+// target, for an empty target, no address ("dns:///", "unix:"), an address with
+// no host
 // (":50051"), a port that is not a number ("localhost:abc", "localhost:") or
 // one past 65535, which gRPC would quietly take modulo 65536. Targets of other
 // resolvers ("xds:///svc") pass unchecked.

@@ -26,6 +26,7 @@ TEST(CheckTargetTest, TakesWhatGrpcResolves) {
 // port with.
 TEST(CheckTargetTest, RefusesTargetsGrpcCannotUse) {
   const std::pair<const char*, const char*> cases[] = {
+      {"", "no target given"},
       {"dns:///", "names no address"},
       {"dns://8.8.8.8/", "names no address"},
       {"ipv4:", "names no address"},
