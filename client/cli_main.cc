@@ -67,8 +67,10 @@ ABSL_FLAG(std::string, in, "",
           "- for standard input.");
 ABSL_FLAG(
     std::string, out, "",
-    "transpose: output file; .npy if the name ends in .npy, else raw bytes; - "
-    "for standard output.");
+    "transpose: output file; .npy if the name ends in .npy, else raw bytes "
+    "(--out_format says otherwise); - for standard output.");
+ABSL_FLAG(std::string, out_format, "",
+          "transpose: npy or raw; empty: by --out's name.");
 ABSL_FLAG(std::optional<uint64_t>, rows, std::nullopt,
           "transpose: rows of a raw input matrix.");
 ABSL_FLAG(std::optional<uint64_t>, cols, std::nullopt,
@@ -153,9 +155,6 @@ std::string CommonFlagsError() {
       attempts.has_value() && *attempts < 1) {
     return absl::StrCat("--attempts=", *attempts, ": expected 1 or more");
   }
-  if (absl::GetFlag(FLAGS_server).empty()) {
-    return "--server=: expected a target, e.g. localhost:50051";
-  }
   if (const absl::Status target = CheckTarget(absl::GetFlag(FLAGS_server));
       !target.ok()) {
     return absl::StrCat("--server=", absl::GetFlag(FLAGS_server), ": ",
@@ -185,6 +184,7 @@ std::string FlagForAnotherCommand(absl::string_view command) {
   const Owner owners[] = {
       {absl::GetFlagReflectionHandle(FLAGS_in), transpose},
       {absl::GetFlagReflectionHandle(FLAGS_out), transpose},
+      {absl::GetFlagReflectionHandle(FLAGS_out_format), transpose},
       {absl::GetFlagReflectionHandle(FLAGS_rows), transpose},
       {absl::GetFlagReflectionHandle(FLAGS_cols), transpose},
       {absl::GetFlagReflectionHandle(FLAGS_batch), transpose},
@@ -413,6 +413,14 @@ int RunTranspose() {
   const std::string out_path = path_of(absl::GetFlag(FLAGS_out), "/dev/stdout");
   if (in_path.empty() || out_path.empty())
     return Usage("transpose needs --in and --out");
+  const std::string out_format = absl::GetFlag(FLAGS_out_format);
+  if (!out_format.empty() && out_format != "npy" && out_format != "raw") {
+    return Usage(
+        absl::StrCat("--out_format=", out_format, ": expected npy or raw"));
+  }
+  const bool npy_out = out_format.empty()
+                           ? absl::EndsWithIgnoreCase(out_path, ".npy")
+                           : out_format == "npy";
   std::optional<DataType> dtype;
   if (!absl::GetFlag(FLAGS_dtype).empty()) {
     dtype = DataTypeFromName(absl::GetFlag(FLAGS_dtype));
@@ -493,14 +501,11 @@ int RunTranspose() {
       reinterpret_cast<const uint8_t*>(contents->data()) + layout.data_offset,
       contents->size() - layout.data_offset);
 
-  // The result, as a .npy file when --out says so.
   const auto write = [&](const MatrixShape& shape,
                          absl::Span<const uint8_t> data,
                          const std::string& how) {
     const std::string npy_header =
-        absl::EndsWithIgnoreCase(out_path, ".npy")
-            ? FormatNpyHeader(input.dtype, shape, layout.batched)
-            : "";
+        npy_out ? FormatNpyHeader(input.dtype, shape, layout.batched) : "";
     const absl::string_view parts[] = {
         npy_header,
         absl::string_view(reinterpret_cast<const char*>(data.data()),

@@ -6,6 +6,7 @@ the info, health and bench commands. Clear errors for bad files.
 Usage: cli_readme_test.py --repo REPO --cli PATH_TO_transpose [--build_dir DIR]
 """
 import argparse
+import io
 import os
 import signal
 import socket
@@ -268,7 +269,7 @@ class CliReadmeTest(unittest.TestCase):
             (["health", "--count=5"], "--count is for bench, not health"),
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
               "--shape=3x4"], "--shape is for bench, not transpose"),
-            (["--server=", "info"], "--server=: expected a target"),
+            (["--server=", "info"], "--server=: no target given"),
             (["--server=dns:///", "info"], "target dns:///: names no address"),
             (["--server=localhost:abc", "health"], "port 'abc' is not a number"),
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
@@ -342,6 +343,26 @@ class CliReadmeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout, np.ascontiguousarray(a.T).tobytes())
         self.assertFalse(os.path.exists("-"))
+
+    def test_out_format_overrides_the_name(self):
+        a = random_array(np.float32, (6, 11), np.random.default_rng(9))
+        np.save(self.path("f.npy"), a)
+        expected = np.ascontiguousarray(a.T)
+        with open(self.path("f.npy"), "rb") as stdin:
+            result = subprocess.run([ARGS.cli, f"--server={self.target}", "transpose",
+                                     "--in=-", "--out=-", "--out_format=npy"], stdin=stdin,
+                                    capture_output=True, timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(same(np.load(io.BytesIO(result.stdout)), expected))
+        self.cli("transpose", f"--in={self.path('f.npy')}", f"--out={self.path('g.npy')}",
+                 "--out_format=raw")
+        with open(self.path("g.npy"), "rb") as f:
+            self.assertEqual(f.read(), expected.tobytes())
+        wrong = self.cli("transpose", f"--in={self.path('f.npy')}",
+                         f"--out={self.path('never.npy')}", "--out_format=csv", check=False)
+        self.assertEqual(wrong.returncode, 2, wrong.stderr)
+        self.assertIn("--out_format=csv: expected npy or raw", wrong.stderr)
+        self.assertFalse(os.path.exists(self.path("never.npy")))
 
     def test_an_upper_case_npy_suffix_still_writes_npy(self):
         a = random_array(np.int32, (5, 7), np.random.default_rng(5))
