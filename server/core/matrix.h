@@ -48,11 +48,20 @@ absl::string_view DataTypeName(DataType dtype);
 // Inverse of DataTypeName for specified types.
 std::optional<DataType> DataTypeFromName(absl::string_view name);
 
-// A batch of equally shaped matrices, row-major, batch-major.
+// A batch of equally shaped matrices, row-major, batch-major. Every dimension
+// is at least 1 (the API's batch 0, meaning 1, is for the wire only). A brace
+// list reads {batch, rows, cols}: Matrix and Batch say which is which.
 struct MatrixShape {
   uint64_t batch = 1;
   uint64_t rows = 0;
   uint64_t cols = 0;
+
+  static MatrixShape Matrix(uint64_t rows, uint64_t cols) {
+    return {1, rows, cols};
+  }
+  static MatrixShape Batch(uint64_t batch, uint64_t rows, uint64_t cols) {
+    return {batch, rows, cols};
+  }
 
   // The shape of the result: (batch, cols, rows).
   MatrixShape Transposed() const { return {batch, cols, rows}; }

@@ -65,6 +65,8 @@ TEST(MatrixTest, ShapeHelpers) {
   EXPECT_EQ((MatrixShape{3, 5, 7}.Transposed()), (MatrixShape{3, 7, 5}));
   EXPECT_EQ(ShapeToString({1, 5, 7}), "5x7");
   EXPECT_EQ(ShapeToString({3, 5, 7}), "3x5x7");
+  EXPECT_EQ(MatrixShape::Matrix(5, 7), (MatrixShape{1, 5, 7}));
+  EXPECT_EQ(MatrixShape::Batch(3, 5, 7), (MatrixShape{3, 5, 7}));
 }
 
 }  // namespace
