@@ -49,9 +49,8 @@ absl::Status CheckBenchOptions(const BenchOptions& options) {
 absl::Status CheckBenchFits(Client& client, const BenchOptions& options) {
   TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
   const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
-  const absl::Duration timeout = options.call.timeout > absl::ZeroDuration()
-                                     ? options.call.timeout
-                                     : absl::Seconds(10);
+  const absl::Duration timeout =
+      options.call.timeout.value_or(absl::Seconds(10));
   TRANSPOSE_ASSIGN_OR_RETURN(const v1::ServerInfo info,
                              client.GetServerInfo(timeout));
   TRANSPOSE_RETURN_IF_ERROR(

@@ -549,15 +549,15 @@ int RunTranspose() {
   const absl::Time start = absl::Now();
   absl::StatusOr<TransposeResult> result = (*client)->Transpose(sent, call);
   bar.Done();
-  // The hint only when this call's own deadline ran out: the server ends
-  // a stalled stream with the same code, and a longer deadline does not help
-  // there.
+  // The hint only when this call's own deadline ran out (the library names
+  // it): the server ends a stalled stream with the same code, and a longer
+  // deadline does not help there.
   if (absl::IsDeadlineExceeded(result.status()) &&
       absl::Now() - start >= Deadline(/*quick_call=*/false)) {
     return Fail(absl::DeadlineExceededError(absl::StrCat(
         result.status().message(),
-        " (--deadline=", absl::FormatDuration(Deadline(/*quick_call=*/false)),
-        "; a longer one gives large matrices and slow links their time)")));
+        "; a longer --deadline gives large matrices and slow links their "
+        "time")));
   }
   if (!result.ok()) return Fail(result.status());
   return write(input.shape.Transposed(), result->data,

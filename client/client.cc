@@ -69,6 +69,16 @@ absl::Status CancelledByCaller() {
   return absl::CancelledError("the call was cancelled by its caller");
 }
 
+// gRPC says only "Deadline Exceeded"; this says it was the call's own (the
+// server ends a stalled stream with the same code) and how long it was.
+absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
+                               int attempts) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      last.message(), " (the call's timeout of ", absl::FormatDuration(timeout),
+      " passed", attempts > 1 ? absl::StrCat(", in attempt ", attempts) : "",
+      ")"));
+}
+
 }  // namespace
 
 void CallCanceller::Cancel() {
@@ -232,6 +242,24 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
   TRANSPOSE_RETURN_IF_ERROR(CheckTarget(options.target));
   if (options.chunk_bytes == 0)
     return absl::InvalidArgumentError("chunk_bytes is 0");
+  // A default that has always passed would fail every call; unset, a call's
+  // own timeout means the default, so "none" is said explicitly.
+  if (options.default_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "default_timeout is ", absl::FormatDuration(options.default_timeout),
+        "; expected a positive one (InfiniteDuration for none)"));
+  }
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_attempts is ", options.max_attempts, "; expected 1 or more"));
+  }
+  if (options.initial_backoff < absl::ZeroDuration() ||
+      options.max_backoff < options.initial_backoff) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backoff from ", absl::FormatDuration(options.initial_backoff), " to ",
+        absl::FormatDuration(options.max_backoff),
+        "; expected 0 <= initial_backoff <= max_backoff"));
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
@@ -269,10 +297,10 @@ Client::Client(const ClientOptions& options,
       channel_(std::move(channel)),
       stub_(v1::TransposeService::NewStub(channel_)) {}
 
-absl::Time Client::DeadlineAfter(absl::Duration timeout) const {
-  if (timeout <= absl::ZeroDuration()) timeout = options_.default_timeout;
-  return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
-                                             : absl::Now() + timeout;
+absl::Time Client::DeadlineAfter(std::optional<absl::Duration> timeout) const {
+  const absl::Duration after = timeout.value_or(options_.default_timeout);
+  return after == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                           : absl::Now() + after;
 }
 
 void Client::PrepareContext(grpc::ClientContext& context,
@@ -315,6 +343,13 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   }
   const bool unary = !call.force_stream && bytes <= options_.unary_max_bytes;
   const absl::Time deadline = DeadlineAfter(call.timeout);
+  const auto own_deadline_passed = [&](const absl::Status& status) {
+    return absl::IsDeadlineExceeded(status) && absl::Now() >= deadline;
+  };
+  if (absl::Now() >= deadline) {
+    return OwnDeadlinePassed(absl::DeadlineExceededError("Deadline Exceeded"),
+                             *call.timeout, 1);
+  }
   absl::Duration backoff = options_.initial_backoff;
   for (int attempt = 1;; ++attempt) {
     if (call.cancelled()) return CancelledByCaller();
@@ -326,6 +361,11 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     // Whatever the failed attempt reported (CANCELLED from gRPC, or a write
     // refused on the cancelled stream), the caller ended it.
     if (call.cancelled()) return CancelledByCaller();
+    if (own_deadline_passed(stats.status())) {
+      return OwnDeadlinePassed(stats.status(),
+                               call.timeout.value_or(options_.default_timeout),
+                               attempt);
+    }
     if (!Retriable(stats.status(), advice)) return stats;
     if (attempt >= options_.max_attempts) {
       return GaveUp(stats.status(), attempt, "attempts");

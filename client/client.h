@@ -47,8 +47,11 @@ struct ClientOptions {
   // Load-balancing policy across the target's addresses.
   std::string load_balancing_policy = "round_robin";
   // Requests up to this size go in one unary message; larger ones stream.
+  // Keep it and chunk_bytes within the server's --max_message_bytes
+  // (ServerInfo's limits.max_message_bytes, at least 1 MiB): the server
+  // refuses a larger message with RESOURCE_EXHAUSTED only once it has it all.
   uint64_t unary_max_bytes = uint64_t{1} << 20;
-  // Data bytes per TransposeStream request message.
+  // Data bytes per TransposeStream request message; not 0.
   uint64_t chunk_bytes = uint64_t{1} << 20;
   // TLS, on when `tls` is set or any PEM below is given; without roots, the
   // system's are trusted.
@@ -59,7 +62,8 @@ struct ClientOptions {
   std::string tls_private_key_pem;
   // Sent as "authorization: Bearer <token>" with every call.
   std::string bearer_token;
-  // Deadline for calls that do not set their own.
+  // Deadline for calls that do not set their own: positive, or
+  // absl::InfiniteDuration() for none.
   absl::Duration default_timeout = absl::Minutes(10);
   // Attempts per Transpose call. A call that did not reach the service or
   // that the service could not take (UNAVAILABLE: draining, out of reach,
@@ -139,8 +143,10 @@ class CallCanceller {
 
 struct CallOptions {
   kernels::Algorithm algorithm = kernels::Algorithm::kAuto;
-  // 0: the client's default_timeout.
-  absl::Duration timeout = absl::ZeroDuration();
+  // The call's deadline, from its start: unset for the client's
+  // default_timeout, absl::InfiniteDuration() for none. Zero or less has
+  // passed already: the call ends DEADLINE_EXCEEDED without sending anything.
+  std::optional<absl::Duration> timeout;
   // Streams even when the matrix would fit a unary message.
   bool force_stream = false;
   // Called after each chunk sent or received, on the calling thread. A retried
@@ -168,16 +174,20 @@ class Client {
 
   // Transposes `input`; the server's status on failure (INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED, ...), INVALID_ARGUMENT before sending anything when
-  // `input` is inconsistent, CANCELLED when `call.canceller` ends it.
+  // `input` is inconsistent, CANCELLED when `call.canceller` ends it,
+  // DEADLINE_EXCEEDED, naming the timeout, when the call's own deadline passes.
   absl::StatusOr<TransposeResult> Transpose(const MatrixView& input,
                                             const CallOptions& call = {});
 
   // As Transpose, writing the result into `output` (exactly as many bytes as
-  // the input).
+  // the input). `output` may be `input.data` itself: the input is sent whole
+  // before any of the result arrives.
   absl::StatusOr<TransposeStats> TransposeInto(const MatrixView& input,
                                                absl::Span<uint8_t> output,
                                                const CallOptions& call = {});
 
+  // The server's version, backends and limits. `timeout` as
+  // CallOptions::timeout, but always set.
   absl::StatusOr<v1::ServerInfo> GetServerInfo(
       absl::Duration timeout = absl::Seconds(10));
 
@@ -210,7 +220,7 @@ class Client {
   static RetryAdvice ReadRetryAdvice(const grpc::ClientContext& context);
   static bool Retriable(const absl::Status& status, const RetryAdvice& advice);
   // A call's deadline: `timeout` from now, or the client's default.
-  absl::Time DeadlineAfter(absl::Duration timeout) const;
+  absl::Time DeadlineAfter(std::optional<absl::Duration> timeout) const;
   // Sets the call's deadline and credentials metadata.
   void PrepareContext(grpc::ClientContext& context, absl::Time deadline) const;
 

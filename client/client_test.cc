@@ -10,6 +10,39 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Options that would fail every call are refused when the client is made.
+TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
+  const auto create = [](void (*change)(ClientOptions&)) {
+    ClientOptions options;
+    options.target = "localhost:50051";
+    change(options);
+    return Client::Create(options).status();
+  };
+  EXPECT_TRUE(create([](ClientOptions&) {}).ok());
+  EXPECT_TRUE(create([](ClientOptions& o) {
+                o.default_timeout = absl::InfiniteDuration();
+              }).ok());
+  const std::pair<void (*)(ClientOptions&), const char*> refused[] = {
+      {[](ClientOptions& o) { o.default_timeout = absl::ZeroDuration(); },
+       "default_timeout is 0; expected a positive one"},
+      {[](ClientOptions& o) { o.default_timeout = absl::Seconds(-1); },
+       "default_timeout is -1s"},
+      {[](ClientOptions& o) { o.max_attempts = 0; }, "max_attempts is 0"},
+      {[](ClientOptions& o) { o.chunk_bytes = 0; }, "chunk_bytes is 0"},
+      {[](ClientOptions& o) {
+         o.initial_backoff = absl::Seconds(3);
+         o.max_backoff = absl::Seconds(2);
+       },
+       "backoff from 3s to 2s"},
+      {[](ClientOptions& o) { o.target = ""; }, "no target given"},
+  };
+  for (const auto& [change, message] : refused) {
+    const absl::Status status = create(change);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(status.message(), HasSubstr(message));
+  }
+}
+
 TEST(CheckTargetTest, TakesWhatGrpcResolves) {
   for (const char* target :
        {"localhost:50051", "localhost", "10.0.0.1:1", "[::1]:50051", "[::1]",

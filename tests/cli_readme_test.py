@@ -233,7 +233,8 @@ class CliReadmeTest(unittest.TestCase):
                                     capture_output=True, text=True, timeout=120)
             self.assertEqual(result.returncode, 1, result.stderr)
             self.assertIn("DEADLINE_EXCEEDED", result.stderr)
-            self.assertIn("(--deadline=2s; a longer one", result.stderr)
+            self.assertIn("(the call's timeout of 2s passed); a longer --deadline",
+                          result.stderr)
 
     def test_a_deadline_that_is_not_positive_is_a_usage_error(self):
         for deadline in ("0s", "-1s"):

@@ -197,6 +197,62 @@ TEST_F(ServiceTest, StreamsAMatrixLargerThanTheUnaryLimit) {
   ExpectRoundTrip(DataType::kUInt8, {4, 1031, 1021}, /*force_stream=*/false);
 }
 
+// The result may overwrite the input: the input is sent whole before any of
+// the result arrives.
+TEST_F(ServiceTest, TransposeIntoTheInputsOwnBuffer) {
+  const MatrixShape shape = MatrixShape::Matrix(1013, 1019);  // 3.9 MiB.
+  for (const bool force_stream : {false, true}) {
+    std::vector<uint8_t> data =
+        RandomBytes(shape.elements() * 4, shape.elements());
+    const std::vector<uint8_t> expected = ReferenceTranspose(data, 4, shape);
+    CallOptions call;
+    call.force_stream = force_stream;
+    absl::StatusOr<TransposeStats> stats = client_->TransposeInto(
+        {DataType::kFloat32, shape, data}, absl::MakeSpan(data), call);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_TRUE(data == expected) << force_stream;
+  }
+  const MatrixShape small = MatrixShape::Matrix(31, 33);  // Unary.
+  std::vector<uint8_t> data = RandomBytes(small.elements() * 2, 7);
+  const std::vector<uint8_t> expected = ReferenceTranspose(data, 2, small);
+  ASSERT_TRUE(
+      client_
+          ->TransposeInto({DataType::kInt16, small, data}, absl::MakeSpan(data))
+          .ok());
+  EXPECT_TRUE(data == expected);
+}
+
+// A call's timeout: unset is the client's default, infinite is none, and zero
+// or less has passed already. A passed one says so, and how long it was.
+TEST_F(ServiceTest, TimeoutsSayWhichDeadlinePassed) {
+  const MatrixShape shape = MatrixShape::Matrix(1013, 1019);  // 7.9 MiB.
+  const std::vector<uint8_t> input =
+      RandomBytes(shape.elements() * 8, shape.elements());
+  for (const absl::Duration timeout :
+       {absl::ZeroDuration(), absl::Milliseconds(-5), absl::Milliseconds(1)}) {
+    int progress_calls = 0;
+    CallOptions call;
+    call.timeout = timeout;
+    call.on_progress = [&](const TransferProgress&) { ++progress_calls; };
+    absl::StatusOr<TransposeResult> result =
+        client_->Transpose({DataType::kFloat64, shape, input}, call);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << timeout << ": " << result.status();
+    EXPECT_THAT(
+        result.status().message(),
+        HasSubstr(absl::StrCat("(the call's timeout of ",
+                               absl::FormatDuration(timeout), " passed")));
+    // Passed before the call: nothing sent.
+    if (timeout <= absl::ZeroDuration()) EXPECT_EQ(progress_calls, 0);
+  }
+  CallOptions no_deadline;
+  no_deadline.timeout = absl::InfiniteDuration();
+  absl::StatusOr<TransposeResult> result =
+      client_->Transpose({DataType::kFloat64, shape, input}, no_deadline);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->data == ReferenceTranspose(input, 8, shape));
+}
+
 TEST_F(ServiceTest, EveryAlgorithmTheBackendHas) {
   for (kernels::Algorithm algorithm : kernels::AllAlgorithms()) {
     if (!GpuBackend() && algorithm != kernels::Algorithm::kAuto) {
