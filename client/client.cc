@@ -137,7 +137,9 @@ Client::RetryAdvice Client::ReadRetryAdvice(
 
 // Whether another attempt may go another way. UNAVAILABLE: the call did not
 // get through, or the server is draining (another may take it), unless the
-// server said otherwise. RESOURCE_EXHAUSTED only when the service said to
+// server said otherwise. CANCELLED, which the caller's own cancel never
+// reaches here as: a server shutting down cancels the calls that arrive as
+// its transport closes. RESOURCE_EXHAUSTED only when the service said to
 // retry (it was busy): the same code also comes from limits that a repeat
 // meets again, such as a message over gRPC's size limit or a matrix over the
 // server's, and repeating an oversized upload would only load the server.
@@ -145,6 +147,7 @@ bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
   if (advice.never) return false;
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
       return true;
     case absl::StatusCode::kResourceExhausted:
       return advice.pushback.has_value();

@@ -67,7 +67,9 @@ struct ClientOptions {
   absl::Duration default_timeout = absl::Minutes(10);
   // Attempts per Transpose call. A call that did not reach the service or
   // that the service could not take (UNAVAILABLE: draining, out of reach,
-  // connection lost), or that the service refused as busy and said to retry
+  // connection lost), that the server cancelled (CANCELLED not from the
+  // caller's canceller: a server shutting down cancels the calls that arrive
+  // as it closes), or that the service refused as busy and said to retry
   // (RESOURCE_EXHAUSTED with a retry pushback), is sent again, whole, after a
   // backoff. Other refusals are final. All attempts share the call's
   // deadline. 1: no retries.

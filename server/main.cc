@@ -548,14 +548,25 @@ int Run() {
       absl::ToDoubleSeconds(unready), absl::ToDoubleSeconds(drain));
   // Load balancers and health-checking clients move away while calls are
   // still taken; then new calls get UNAVAILABLE and running ones may finish.
-  // The service refuses them itself until none runs: a call that races the
-  // transport's shutdown can end CANCELLED, which clients do not retry.
+  // The service refuses the calls it sees itself. The transport's shutdown
+  // starts at once too: it closes the listener and sends every connection a
+  // GOAWAY, so clients that keep a connection (to a Service's virtual IP, say)
+  // reconnect, and reach another server, while this one's calls finish. A
+  // call caught between the two can end CANCELLED; the client library sends
+  // it again.
   (*server)->SetServing(false);
   absl::SleepFor(unready);
   const absl::Time deadline = absl::Now() + drain;
-  service.calls().Close();
-  service.calls().AwaitNoCalls(deadline);
-  (*server)->Shutdown(deadline);
+  service.calls().Close(deadline);
+  std::thread transport([&server, deadline] { (*server)->Shutdown(deadline); });
+  if (!service.calls().AwaitNoCalls(deadline)) {
+    Log(LogLevel::kWarning,
+        "drain: %d calls still running after %gs are cut off (UNAVAILABLE); "
+        "--drain_seconds (and the pod's termination grace period) may be "
+        "too short for them",
+        service.calls().running(), absl::ToDoubleSeconds(drain));
+  }
+  transport.join();
   Log(LogLevel::kInfo, "stopped");
   ExitAfterDrain();
 }

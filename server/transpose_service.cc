@@ -96,17 +96,25 @@ class RpcScope {
   const absl::Time start_;
 };
 
-// Why a call that gRPC ended is over, as the client saw it: its deadline
-// passed, or it was cancelled (by the client, or by gRPC, e.g. for a message
-// over --max_message_bytes). The server's deadline runs from when the header
+// Why a call that gRPC ended is over, as the client saw it: the server's drain
+// ended before it did (gRPC cancels what is left then), its deadline passed, or
+// it was cancelled (by the client, or by gRPC, e.g. for a message over
+// --max_message_bytes). The server's deadline runs from when the header
 // arrived, so the client's own timer fires first and its cancellation can
 // arrive a little before the server's deadline: within kDeadlineSlack of it,
 // the deadline is taken to be the cause.
 // `when`, if not empty, says at what point of the call.
 absl::Status EndedByTransport(const grpc::CallbackServerContext& context,
-                              absl::string_view when) {
+                              const CallGate& calls, absl::string_view when) {
   constexpr auto kDeadlineSlack = std::chrono::milliseconds(100);
   const absl::string_view space = when.empty() ? "" : " ";
+  if (calls.DrainOver()) {
+    // A server-side failure, counted as one: a drain too short for the calls
+    // it should let finish.
+    return absl::UnavailableError(absl::StrCat(
+        "the server's drain (--drain_seconds) ended before the call did", space,
+        when));
+  }
   if (context.deadline() - kDeadlineSlack <= std::chrono::system_clock::now()) {
     return absl::DeadlineExceededError(
         absl::StrCat("the call's deadline passed", space, when));
@@ -190,6 +198,7 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
             const grpc::ByteBuffer& request, grpc::ByteBuffer& response)
       : context_(context),
         response_(response),
+        calls_(service.calls_),
         scope_(service.metrics_, service.calls_, RpcMethod::kTranspose,
                context) {
     if (absl::Status allowed = scope_.Admit(service.access_, context);
@@ -231,10 +240,10 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
   void OnDone() override {
     // An OK reply the client never got (it cancelled, its deadline passed,
     // its connection went) is not counted as OK.
-    scope_.Record(
-        status_.ok() && context_.IsCancelled()
-            ? EndedByTransport(context_, "before the reply was delivered")
-            : status_);
+    scope_.Record(status_.ok() && context_.IsCancelled()
+                      ? EndedByTransport(context_, calls_,
+                                         "before the reply was delivered")
+                      : status_);
     delete this;
   }
 
@@ -246,6 +255,7 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
 
   grpc::CallbackServerContext& context_;
   grpc::ByteBuffer& response_;
+  const CallGate& calls_;
   RpcScope scope_;
   TransposeSpec spec_;
   absl::Status status_;
@@ -308,10 +318,11 @@ class TransposeService::StreamCall final
         // No more data will come: the client half-closed, or the call is over.
         if (context_.IsCancelled()) {
           FinishLocked(EndedByTransport(
-              context_, !job_started_ ? "during the upload"
-                        : ResultSentLocked()
-                            ? "after its result, before the client half-closed"
-                            : "before its result was out"));
+              context_, service_.calls_,
+              !job_started_ ? "during the upload"
+              : ResultSentLocked()
+                  ? "after its result, before the client half-closed"
+                  : "before its result was out"));
         } else if (!job_started_) {
           FinishLocked(assembler_.Finish());
         } else {
@@ -345,8 +356,8 @@ class TransposeService::StreamCall final
     if (finished_) return;
     last_progress_ = StallWatchdog::Clock::now();
     if (!ok) {
-      FinishLocked(
-          EndedByTransport(context_, "while the response was being sent"));
+      FinishLocked(EndedByTransport(context_, service_.calls_,
+                                    "while the response was being sent"));
       return;
     }
     if (!ResultSentLocked()) {
@@ -363,7 +374,8 @@ class TransposeService::StreamCall final
 
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!finished_) FinishLocked(EndedByTransport(context_, ""));
+    if (!finished_)
+      FinishLocked(EndedByTransport(context_, service_.calls_, ""));
   }
 
   void OnDone() override {

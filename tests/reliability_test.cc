@@ -12,7 +12,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,6 +34,7 @@ namespace transpose {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::ServerProcess;
 using Stream =
     grpc::ClientReaderWriter<v1::TransposeRequest, v1::TransposeResponse>;
@@ -40,9 +45,11 @@ constexpr char kDeadlines[] =
     "transpose_requests_total{code=\"DEADLINE_EXCEEDED\","
     "method=\"TransposeStream\"}";
 
-std::unique_ptr<ServerProcess> Start(std::vector<std::string> args) {
+std::unique_ptr<ServerProcess> Start(std::vector<std::string> args,
+                                     const std::string& stderr_path = "") {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      ServerProcess::StartFromEnvironment(std::move(args));
+      ServerProcess::StartFromEnvironment(std::move(args), absl::Seconds(60),
+                                          stderr_path);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
 }
@@ -816,16 +823,21 @@ TEST_F(ReliabilityTest,
     unready = serving.ok() && !*serving;
   }
   EXPECT_TRUE(unready);
-  // ...then new calls are refused.
-  absl::Status refused = absl::OkStatus();
-  while (refused.ok() && absl::Now() - signalled < absl::Seconds(5)) {
-    refused = Transpose(*client, 8, 8);
-    absl::SleepFor(absl::Milliseconds(50));
+  // ...then the server sends its connections a GOAWAY, so that a client
+  // holding one reconnects (elsewhere, behind a Service) while the running
+  // call goes on: this client's channel leaves READY.
+  grpc_connectivity_state state = client->channel()->GetState(false);
+  while (state == GRPC_CHANNEL_READY &&
+         absl::Now() - signalled < absl::Seconds(5)) {
+    client->channel()->WaitForStateChange(
+        state, std::chrono::system_clock::now() + std::chrono::seconds(1));
+    state = client->channel()->GetState(false);
   }
-  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
-  // Refused by the service, not caught in the transport's shutdown (where a
-  // racing call can end CANCELLED).
-  EXPECT_THAT(refused.message(), HasSubstr("shutting down"));
+  EXPECT_NE(state, GRPC_CHANNEL_READY);
+  // New calls are refused, UNAVAILABLE (the listener is closed), which
+  // clients retry; not CANCELLED.
+  const absl::Status refused = Transpose(*client, 8, 8);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
 
   // The running call finishes with the right result.
   v1::TransposeRequest rest;
@@ -835,7 +847,9 @@ TEST_F(ReliabilityTest,
   std::string result;
   v1::TransposeResponse response;
   while (stream->Read(&response)) result += response.data();
-  ASSERT_TRUE(stream->Finish().ok());
+  const grpc::Status finished = stream->Finish();
+  ASSERT_TRUE(finished.ok())
+      << finished.error_code() << ": " << finished.error_message();
   ASSERT_EQ(result.size(), data.size());
   const auto* in = reinterpret_cast<const uint32_t*>(data.data());
   const auto* out = reinterpret_cast<const uint32_t*>(result.data());
@@ -848,7 +862,13 @@ TEST_F(ReliabilityTest,
 }
 
 TEST_F(ReliabilityTest, DrainCutsOffCallsThatOutlastIt) {
-  auto server = Start({"--drain_seconds=1", "--unready_seconds=0"});
+  char log_path[] = "/tmp/drain_log_XXXXXX";
+  const int log_fd = mkstemp(log_path);
+  ASSERT_GE(log_fd, 0);
+  close(log_fd);
+  auto server =
+      Start({"--drain_seconds=1", "--unready_seconds=0", "--log_level=warning"},
+            log_path);
   ASSERT_NE(server, nullptr);
   auto client = Connect(*server);
   auto stub = v1::TransposeService::NewStub(client->channel());
@@ -863,6 +883,52 @@ TEST_F(ReliabilityTest, DrainCutsOffCallsThatOutlastIt) {
   EXPECT_FALSE(stream->Finish().ok());
   EXPECT_EQ(server->Stop(0, absl::Seconds(10)), 0);
   EXPECT_LT(absl::Now() - signalled, absl::Seconds(5));
+  // The log says the drain cut a call off, and counts it as the server's
+  // failure, not as a client's cancel.
+  std::ifstream log_file(log_path);
+  const std::string log((std::istreambuf_iterator<char>(log_file)),
+                        std::istreambuf_iterator<char>());
+  unlink(log_path);
+  EXPECT_THAT(log, HasSubstr("drain: 1 calls still running after 1s are cut "
+                             "off (UNAVAILABLE)"));
+  EXPECT_THAT(log, HasSubstr("UNAVAILABLE: the server's drain "
+                             "(--drain_seconds) ended before the call did"));
+  EXPECT_THAT(log, Not(HasSubstr("CANCELLED")));
+}
+
+// Calls that arrive as the drain starts can be caught in the transport's
+// shutdown and end CANCELLED; the client library sends them again, so its
+// callers see OK or UNAVAILABLE, never a cancel they did not ask for.
+TEST_F(ReliabilityTest, CallsRacingTheDrainAreSentAgainNotCancelled) {
+  auto server = Start({"--unready_seconds=0", "--drain_seconds=5"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server, /*max_attempts=*/4);
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::map<absl::StatusCode, int> codes;
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 4; ++i) {
+    callers.emplace_back([&] {
+      while (!stop) {
+        const absl::StatusCode code = Transpose(*client, 128, 128).code();
+        std::lock_guard<std::mutex> lock(mutex);
+        ++codes[code];
+      }
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  kill(server->pid(), SIGTERM);
+  EXPECT_EQ(server->Stop(0, absl::Seconds(15)), 0);
+  absl::SleepFor(absl::Milliseconds(300));
+  stop = true;
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_TRUE(codes.count(absl::StatusCode::kOk));
+  EXPECT_TRUE(codes.count(absl::StatusCode::kUnavailable));
+  for (const auto& [code, count] : codes) {
+    EXPECT_TRUE(code == absl::StatusCode::kOk ||
+                code == absl::StatusCode::kUnavailable)
+        << absl::StatusCodeToString(code) << " x" << count;
+  }
 }
 
 // A second signal during the wait before the drain ends the server at once,

@@ -38,9 +38,11 @@ int PortOf(absl::string_view line) {
 }
 
 // Forks and execs `argv` with the child's `fd` (stdout or stderr) written into
-// a pipe, whose read end goes to *read_end.
+// a pipe, whose read end goes to *read_end, and its stderr into `stderr_path`
+// when that is given.
 absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
-                            int* read_end) {
+                            int* read_end,
+                            const std::string& stderr_path = "") {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return absl::InternalError("pipe failed");
@@ -53,6 +55,11 @@ absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
   }
   if (pid == 0) {
     dup2(pipe_fds[1], fd);
+    if (!stderr_path.empty()) {
+      const int log = open(stderr_path.c_str(),
+                           O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (log >= 0) dup2(log, STDERR_FILENO);
+    }
     std::vector<char*> c_argv;
     for (std::string& arg : argv) c_argv.push_back(arg.data());
     c_argv.push_back(nullptr);
@@ -85,9 +92,10 @@ int WaitForExit(pid_t pid, absl::Time deadline) {
 
 absl::StatusOr<std::unique_ptr<ServerProcess>>
 ServerProcess::StartFromEnvironment(std::vector<std::string> args,
-                                    absl::Duration timeout) {
+                                    absl::Duration timeout,
+                                    const std::string& stderr_path) {
   args.insert(args.begin(), {BackendFlag(), "--log_level=error"});
-  return Start(BinaryFromEnvironment(), args, timeout);
+  return Start(BinaryFromEnvironment(), args, timeout, stderr_path);
 }
 
 std::string ServerProcess::BinaryFromEnvironment() {
@@ -108,7 +116,7 @@ std::string ServerProcess::BackendFromEnvironment() {
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     const std::string& binary, const std::vector<std::string>& args,
-    absl::Duration timeout) {
+    absl::Duration timeout, const std::string& stderr_path) {
   std::vector<std::string> argv = {binary, "--address=127.0.0.1:0"};
   bool metrics_set = false;
   for (const std::string& arg : args) {
@@ -120,7 +128,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
       !absl::c_linear_search(argv, "--metrics_address=");
 
   int out = -1;
-  absl::StatusOr<pid_t> spawned = Spawn(argv, STDOUT_FILENO, &out);
+  absl::StatusOr<pid_t> spawned = Spawn(argv, STDOUT_FILENO, &out, stderr_path);
   if (!spawned.ok()) return spawned.status();
   const pid_t pid = *spawned;
 

@@ -20,16 +20,19 @@ class ServerProcess {
  public:
   // Starts `binary` with `args` plus --address=127.0.0.1:0 (and
   // --metrics_address=127.0.0.1:0 unless args set it), and waits for its
-  // "listening on" line.
+  // "listening on" line. Its log goes to `stderr_path` when given, else to
+  // this process's stderr.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       const std::string& binary, const std::vector<std::string>& args,
-      absl::Duration timeout = absl::Seconds(60));
+      absl::Duration timeout = absl::Seconds(60),
+      const std::string& stderr_path = "");
 
   // Starts the server the environment names, on the backend it asks for,
-  // logging errors only, with `args` added.
+  // logging errors only (a later --log_level in `args` wins), with `args`
+  // added.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> StartFromEnvironment(
-      std::vector<std::string> args,
-      absl::Duration timeout = absl::Seconds(60));
+      std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60),
+      const std::string& stderr_path = "");
 
   // The server binary named by the TRANSPOSE_SERVER environment variable.
   static std::string BinaryFromEnvironment();

@@ -1,7 +1,8 @@
 // Counts the calls running and, once closed, turns new ones away: what a
 // graceful drain needs, so that calls arriving during it are refused by the
 // service (UNAVAILABLE) rather than caught in the transport's own shutdown,
-// where a call racing it can end CANCELLED.
+// where a call racing it can end CANCELLED. It also knows when the drain ends,
+// so that the calls cut off then can say so.
 #ifndef TRANSPOSE_SERVER_CORE_CALL_GATE_H_
 #define TRANSPOSE_SERVER_CORE_CALL_GATE_H_
 
@@ -26,10 +27,20 @@ class CallGate {
     std::lock_guard<std::mutex> lock(mutex_);
     if (--running_ == 0) no_calls_.notify_all();
   }
-  // From now on TryEnter refuses; running calls go on.
-  void Close() {
+  // From now on TryEnter refuses; running calls go on until `drain_deadline`.
+  void Close(absl::Time drain_deadline = absl::InfiniteFuture()) {
     std::lock_guard<std::mutex> lock(mutex_);
     closed_ = true;
+    drain_deadline_ = drain_deadline;
+  }
+  // Whether the drain's deadline has passed: a call ending now was cut off.
+  bool DrainOver() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return closed_ && absl::Now() >= drain_deadline_;
+  }
+  int running() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return running_;
   }
   // Waits until no call runs, or until `deadline`; whether none does.
   bool AwaitNoCalls(absl::Time deadline) {
@@ -40,10 +51,11 @@ class CallGate {
   }
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable no_calls_;
   int running_ = 0;
   bool closed_ = false;
+  absl::Time drain_deadline_ = absl::InfiniteFuture();
 };
 
 }  // namespace transpose

@@ -26,6 +26,20 @@ TEST(CallGateTest, ClosingRefusesNewCallsAndLetsRunningOnesFinish) {
   EXPECT_FALSE(gate.TryEnter());
 }
 
+TEST(CallGateTest, TheDrainIsOverAtItsDeadline) {
+  CallGate gate;
+  ASSERT_TRUE(gate.TryEnter());
+  EXPECT_EQ(gate.running(), 1);
+  EXPECT_FALSE(gate.DrainOver());  // Open: no drain.
+  gate.Close(absl::Now() + absl::Milliseconds(50));
+  EXPECT_FALSE(gate.DrainOver());
+  EXPECT_FALSE(gate.AwaitNoCalls(absl::Now() + absl::Milliseconds(60)));
+  EXPECT_TRUE(gate.DrainOver());
+  EXPECT_EQ(gate.running(), 1);
+  gate.Leave();
+  EXPECT_EQ(gate.running(), 0);
+}
+
 TEST(CallGateTest, AnIdleGateIsAtOnceEmptyEvenPastTheDeadline) {
   CallGate gate;
   EXPECT_TRUE(gate.AwaitNoCalls(absl::Now() - absl::Seconds(1)));
