@@ -94,6 +94,14 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.AddChannelArgument(
       GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
       static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+  if (options.max_connection_age != absl::InfiniteDuration()) {
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_AGE_MS,
+        static_cast<int>(std::min<int64_t>(
+            absl::ToInt64Milliseconds(options.max_connection_age), INT32_MAX)));
+    // The grace for its running calls stays unlimited: a large upload on a
+    // slow link is not cut off for the connection's age.
+  }
   // Pings are the point on a connection whose client stopped sending.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // gRPC sets SO_REUSEPORT by default: a second server on a port in use would

@@ -46,6 +46,11 @@ struct GrpcServerOptions {
   // otherwise hold their admission until their deadlines.
   absl::Duration keepalive_time = absl::Seconds(60);
   absl::Duration keepalive_timeout = absl::Seconds(20);
+  // A connection this old gets a GOAWAY (gRPC adds +-10% jitter) and its
+  // client reconnects, resolving the target again: how clients find servers
+  // that started after they connected (gRPC's DNS resolver looks again only
+  // when a connection ends). Running calls are not cut off. Infinite: never.
+  absl::Duration max_connection_age = absl::InfiniteDuration();
 };
 
 class GrpcServer {

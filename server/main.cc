@@ -116,6 +116,10 @@ ABSL_FLAG(double, keepalive_seconds, 60,
           "client that vanished without closing its connection is noticed).");
 ABSL_FLAG(double, keepalive_timeout_seconds, 20,
           "How long a keepalive ping may go unanswered.");
+ABSL_FLAG(double, max_connection_age_seconds, 300,
+          "Send a connection a GOAWAY once it is this old (+-10%), so that "
+          "clients reconnect and spread over the servers that came up since; "
+          "its running calls finish first. 0: never; else at least 1.");
 ABSL_FLAG(std::string, log_level, "info",
           "debug (a line per request), info, warning (a line per failed "
           "request) or error.");
@@ -283,7 +287,9 @@ absl::Status CheckFlags() {
       {"stream_idle_seconds", absl::GetFlag(FLAGS_stream_idle_seconds), 0},
       {"keepalive_seconds", absl::GetFlag(FLAGS_keepalive_seconds), 0.01},
       {"keepalive_timeout_seconds",
-       absl::GetFlag(FLAGS_keepalive_timeout_seconds), 0.01}};
+       absl::GetFlag(FLAGS_keepalive_timeout_seconds), 0.01},
+      {"max_connection_age_seconds",
+       absl::GetFlag(FLAGS_max_connection_age_seconds), 0}};
   for (const Seconds& duration : durations) {
     if (!(duration.value >= duration.min && duration.value <= 24 * 3600)) {
       return absl::InvalidArgumentError(
@@ -291,12 +297,17 @@ absl::Status CheckFlags() {
                           duration.name, duration.value, duration.min));
     }
   }
-  // Under a second, calls that are merely between messages would be cut.
-  const double idle = absl::GetFlag(FLAGS_stream_idle_seconds);
-  if (idle > 0 && idle < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--stream_idle_seconds=%g: expected 0 (never) or 1 to 86400 seconds",
-        idle));
+  // Under a second, calls that are merely between messages would be cut, and
+  // connections would be replaced faster than they carry calls.
+  for (const char* name :
+       {"stream_idle_seconds", "max_connection_age_seconds"}) {
+    const double value = name == std::string("stream_idle_seconds")
+                             ? absl::GetFlag(FLAGS_stream_idle_seconds)
+                             : absl::GetFlag(FLAGS_max_connection_age_seconds);
+    if (value > 0 && value < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--%s=%g: expected 0 (never) or 1 to 86400 seconds", name, value));
+    }
   }
   return absl::OkStatus();
 }
@@ -489,6 +500,10 @@ int Run() {
       absl::Seconds(absl::GetFlag(FLAGS_keepalive_seconds));
   server_options.keepalive_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_keepalive_timeout_seconds));
+  if (const double age = absl::GetFlag(FLAGS_max_connection_age_seconds);
+      age > 0) {
+    server_options.max_connection_age = absl::Seconds(age);
+  }
   server_options.health_service_name =
       v1::TransposeService::service_full_name();
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =

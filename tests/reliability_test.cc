@@ -17,12 +17,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
@@ -769,6 +771,7 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
                                  "--backend=gpu",
                                  "--max_transport_bytes=1048576",
                                  "--stream_idle_seconds=0.5",
+                                 "--max_connection_age_seconds=0.5",
                                  "--tls_cert=cert.pem",
                                  "--tls_key=key.pem",
                                  "--tls_client_ca=ca.pem",
@@ -928,6 +931,71 @@ TEST_F(ReliabilityTest, CallsRacingTheDrainAreSentAgainNotCancelled) {
     EXPECT_TRUE(code == absl::StatusCode::kOk ||
                 code == absl::StatusCode::kUnavailable)
         << absl::StatusCodeToString(code) << " x" << count;
+  }
+}
+
+// The local ports of this network namespace's established TCP connections to
+// `server_port`: the client ends of the connections to a server (gRPC's
+// sockets are IPv6 ones, reaching 127.0.0.1 as ::ffff:127.0.0.1).
+std::set<int> ClientPortsTo(int server_port) {
+  std::set<int> ports;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream table(path);
+    std::string line;
+    std::getline(table, line);  // The column names.
+    while (std::getline(table, line)) {
+      // "  sl  local_address rem_address   st ...", addresses as HEX:HEXPORT.
+      const std::vector<std::string> fields =
+          absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (fields.size() < 4 || fields[3] != "01") continue;  // ESTABLISHED.
+      const auto port_of = [](const std::string& address) {
+        return std::stoi(address.substr(address.find(':') + 1), nullptr, 16);
+      };
+      if (port_of(fields[2]) == server_port) ports.insert(port_of(fields[1]));
+    }
+  }
+  return ports;
+}
+
+// A connection gets a GOAWAY at --max_connection_age_seconds: the client
+// reconnects (resolving its target again, which is how DNS clients find new
+// servers), its calls go on without an error, and a call running at that age
+// finishes on the old connection.
+TEST_F(ReliabilityTest, ConnectionsAreReplacedAtTheirMaxAge) {
+  for (const bool aged : {false, true}) {
+    auto server =
+        Start({absl::StrCat("--max_connection_age_seconds=", aged ? 1 : 300)});
+    ASSERT_NE(server, nullptr);
+    auto client = Connect(*server);
+    auto stub = v1::TransposeService::NewStub(client->channel());
+    // A stream that runs across the age: its header now, its data later.
+    grpc::ClientContext context;
+    std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+    ASSERT_TRUE(stream->Write(Header(256, 256)));
+    std::set<int> ports;
+    const absl::Time start = absl::Now();
+    while (absl::Now() - start < absl::Seconds(3)) {
+      EXPECT_TRUE(Transpose(*client, 64, 64).ok());
+      for (int port : ClientPortsTo(server->port())) ports.insert(port);
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    v1::TransposeRequest data;
+    data.set_data(std::string(256 * 256 * 4, '\x07'));
+    ASSERT_TRUE(stream->Write(data));
+    stream->WritesDone();
+    v1::TransposeResponse response;
+    uint64_t received = 0;
+    while (stream->Read(&response)) received += response.data().size();
+    const grpc::Status finished = stream->Finish();
+    EXPECT_TRUE(finished.ok()) << finished.error_message();
+    EXPECT_EQ(received, 256 * 256 * 4);
+    // About two ages in 3 s: at least one new connection, besides the
+    // stream's own.
+    if (aged) {
+      EXPECT_GE(ports.size(), 2u);
+    } else {
+      EXPECT_EQ(ports.size(), 1u);
+    }
   }
 }
 
