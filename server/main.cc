@@ -121,8 +121,9 @@ ABSL_FLAG(double, max_connection_age_seconds, 300,
           "clients reconnect and spread over the servers that came up since; "
           "its running calls finish first. 0: never; else at least 1.");
 ABSL_FLAG(std::string, log_level, "info",
-          "debug (a line per request), info, warning (a line per failed "
-          "request) or error.");
+          "debug (a line per request), info (start-up, drain, health "
+          "changes), warning (a line per failed request, up to 10 a second) "
+          "or error.");
 
 namespace transpose {
 namespace {

@@ -32,10 +32,11 @@ constexpr int kRetryPushbackMs = 100;
 // client.
 class RpcScope {
  public:
-  RpcScope(Metrics& metrics, CallGate& calls, RpcMethod method,
-           grpc::CallbackServerContext& context)
+  RpcScope(Metrics& metrics, CallGate& calls, LogRateLimiter& failure_log,
+           RpcMethod method, grpc::CallbackServerContext& context)
       : metrics_(metrics),
         calls_(calls),
+        failure_log_(failure_log),
         context_(context),
         entered_(calls.TryEnter()),
         method_(method),
@@ -76,10 +77,19 @@ class RpcScope {
     metrics_.inflight_requests().Decrement();
     if (entered_) calls_.Leave();
     metrics_.RecordRequest(method_, status.code(), seconds);
+    uint64_t held_back = 0;
     if (!status.ok()) {
-      Log(LogLevel::kWarning, "%s from %s failed after %.6fs: %s: %s",
-          RpcMethodName(method_), peer_, seconds,
-          absl::StatusCodeToString(status.code()), status.message());
+      if (LogEnabled(LogLevel::kWarning) &&
+          failure_log_.Allow(absl::Now(), &held_back)) {
+        Log(LogLevel::kWarning, "%s from %s failed after %.6fs: %s: %s%s",
+            RpcMethodName(method_), peer_, seconds,
+            absl::StatusCodeToString(status.code()), status.message(),
+            held_back == 0
+                ? ""
+                : absl::StrCat(" (and ", held_back,
+                               " failed calls not logged since the last "
+                               "line; transpose_requests_total counts all)"));
+      }
     } else {
       Log(LogLevel::kDebug, "%s from %s ok in %.6fs", RpcMethodName(method_),
           peer_, seconds);
@@ -89,6 +99,7 @@ class RpcScope {
  private:
   Metrics& metrics_;
   CallGate& calls_;
+  LogRateLimiter& failure_log_;
   grpc::CallbackServerContext& context_;
   const bool entered_;
   const RpcMethod method_;
@@ -199,8 +210,8 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
       : context_(context),
         response_(response),
         calls_(service.calls_),
-        scope_(service.metrics_, service.calls_, RpcMethod::kTranspose,
-               context) {
+        scope_(service.metrics_, service.calls_, service.failure_log_,
+               RpcMethod::kTranspose, context) {
     if (absl::Status allowed = scope_.Admit(service.access_, context);
         !allowed.ok()) {
       End(allowed);
@@ -282,8 +293,8 @@ class TransposeService::StreamCall final
   StreamCall(TransposeService& service, grpc::CallbackServerContext& context)
       : service_(service),
         context_(context),
-        scope_(service.metrics_, service.calls_, RpcMethod::kTransposeStream,
-               context),
+        scope_(service.metrics_, service.calls_, service.failure_log_,
+               RpcMethod::kTransposeStream, context),
         assembler_([this](const TransposeSpec& spec) {
           return service_.engine_.CreateJob(spec);
         }) {
@@ -489,7 +500,8 @@ TransposeService::TransposeStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
     grpc::CallbackServerContext* context, const v1::GetServerInfoRequest*,
     v1::ServerInfo* response) {
-  RpcScope scope(metrics_, calls_, RpcMethod::kGetServerInfo, *context);
+  RpcScope scope(metrics_, calls_, failure_log_, RpcMethod::kGetServerInfo,
+                 *context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (absl::Status allowed = scope.Admit(access_, *context); !allowed.ok()) {
     reactor->Finish(scope.Finish(allowed));

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "server/access_control.h"
 #include "server/core/call_gate.h"
+#include "server/core/log_rate_limiter.h"
 #include "server/core/stall_watchdog.h"
 #include "server/engine.h"
 #include "server/metrics.h"
@@ -84,6 +85,9 @@ class TransposeService final : public TransposeServiceBase {
   const AccessControl& access_;
   const ServiceOptions options_;
   CallGate calls_;
+  // Failed calls log a warning each, up to 10 a second; the next line says
+  // how many were held back.
+  LogRateLimiter failure_log_{10, absl::Seconds(1)};
   // Null when streams may idle for ever.
   std::unique_ptr<StallWatchdog> stall_watchdog_;
 };

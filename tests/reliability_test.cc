@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -997,6 +998,49 @@ TEST_F(ReliabilityTest, ConnectionsAreReplacedAtTheirMaxAge) {
       EXPECT_EQ(ports.size(), 1u);
     }
   }
+}
+
+// A client failing call after call gets 10 warning lines a second, not one a
+// call, and the lines that go out count the ones held back: none is lost.
+TEST_F(ReliabilityTest, AFloodOfFailedCallsIsLoggedTenLinesASecond) {
+  char log_path[] = "/tmp/flood_log_XXXXXX";
+  const int log_fd = mkstemp(log_path);
+  ASSERT_GE(log_fd, 0);
+  close(log_fd);
+  auto server = Start({"--log_level=warning"}, log_path);
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  const auto fail_once = [&stub] {
+    grpc::ClientContext context;
+    v1::TransposeResponse response;
+    return !stub->Transpose(&context, Header(0, 5), &response).ok();
+  };
+  int failed = 0;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(1)) failed += fail_once();
+  absl::SleepFor(absl::Milliseconds(1100));
+  failed += fail_once();  // In a new second: its line counts the rest.
+  const absl::Duration elapsed = absl::Now() - start;
+  EXPECT_EQ(server->Stop(SIGTERM), 0);
+
+  std::ifstream log_file(log_path);
+  std::string line;
+  int lines = 0;
+  uint64_t held_back = 0;
+  while (std::getline(log_file, line)) {
+    if (!absl::StrContains(line, "Transpose from")) continue;
+    ++lines;
+    EXPECT_THAT(line, HasSubstr("INVALID_ARGUMENT"));
+    if (const size_t at = line.find("(and "); at != std::string::npos) {
+      held_back += std::stoull(line.substr(at + 5));
+      EXPECT_THAT(line, HasSubstr("failed calls not logged since the last"));
+    }
+  }
+  unlink(log_path);
+  EXPECT_GT(failed, 100);  // A flood.
+  EXPECT_LE(lines, 10 * (absl::ToInt64Seconds(elapsed) + 1));
+  EXPECT_EQ(lines + held_back, static_cast<uint64_t>(failed));
 }
 
 // A second signal during the wait before the drain ends the server at once,
