@@ -17,6 +17,7 @@
 #include "kernels/gpu_launch.h"
 #include "kernels/gpu_transpose.h"
 #include "server/buffer_pool.h"
+#include "server/core/log.h"
 #include "server/core/status_macros.h"
 #include "server/worker_pool.h"
 
@@ -412,7 +413,16 @@ void CudaBackend::ReleaseSlot(Slot& slot) {
 }
 
 absl::Status CudaBackend::Check(cudaError_t error, absl::string_view what) {
-  if (error != cudaSuccess && IsStickyError(error)) healthy_.store(false);
+  // Once per device: the line an operator looks for when one GPU of a pod
+  // stops serving while the others go on (health turns NOT_SERVING only when
+  // none is left).
+  if (error != cudaSuccess && IsStickyError(error) &&
+      healthy_.exchange(false)) {
+    Log(LogLevel::kError,
+        "%s: %s (%s) in %s: the device is out of service until the server "
+        "restarts",
+        info_.name, cudaGetErrorName(error), cudaGetErrorString(error), what);
+  }
   return CudaStatus(error, what);
 }
 

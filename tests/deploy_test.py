@@ -142,6 +142,19 @@ class DeployTest(unittest.TestCase):
                                        capture_output=True, text=True)
                 self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
 
+    def test_every_alert_links_its_runbook_section(self):
+        with open(os.path.join(ARGS.repo, "deploy/prometheus/rules/transpose.rules.yml")) as f:
+            rules = yaml.safe_load(f)
+        with open(os.path.join(ARGS.repo, "deploy/RUNBOOK.md")) as f:
+            # GitHub's anchors: a heading's text, lower case.
+            anchors = {m.lower() for m in re.findall(r"^## (\w+)$", f.read(), re.M)}
+        alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+        self.assertGreaterEqual(len(alerts), 6)
+        for alert in alerts:
+            url = alert["annotations"]["runbook_url"]
+            self.assertEqual(url, "deploy/RUNBOOK.md#" + alert["alert"].lower(), alert["alert"])
+            self.assertIn(alert["alert"].lower(), anchors, alert["alert"])
+
     def test_manifests_use_real_flags_ports_and_names(self):
         for name, deployment in self.objects("Deployment"):
             pod = deployment["spec"]["template"]["spec"]
@@ -164,6 +177,12 @@ class DeployTest(unittest.TestCase):
             self.assertGreater(pod["terminationGracePeriodSeconds"],
                                float(uses["drain_seconds"]) + pause + unready)
             self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+            self.assertIs(pod["automountServiceAccountToken"], False)
+            spread = pod["topologySpreadConstraints"][0]
+            self.assertEqual(spread["topologyKey"], "kubernetes.io/hostname")
+            self.assertEqual(spread["labelSelector"]["matchLabels"],
+                             {k: v for k, v in deployment["spec"]["selector"]["matchLabels"].items()
+                              if k in spread["labelSelector"]["matchLabels"]})
             # The HPA owns the replica count: an apply must not reset it.
             self.assertNotIn("replicas", deployment["spec"], name)
             self.check_memory_budget(name, container, uses)
@@ -172,6 +191,11 @@ class DeployTest(unittest.TestCase):
         for _, monitor in self.objects("ServiceMonitor"):
             port_names = {p["name"] for p in services["transpose"]["spec"]["ports"]}
             self.assertIn(monitor["spec"]["endpoints"][0]["port"], port_names)
+            # The job the alerts select comes from a label, not from the Service's name.
+            job_label = monitor["spec"]["jobLabel"]
+            self.assertEqual(services["transpose"]["metadata"]["labels"][job_label], "transpose")
+        with open(os.path.join(ARGS.repo, "deploy/prometheus/rules/transpose.rules.yml")) as f:
+            self.assertIn('up{job="transpose"}', f.read())
 
     def test_compose_and_dockerfile_use_real_flags_and_ports(self):
         with open(os.path.join(ARGS.repo, "docker/compose.yaml")) as f:

@@ -1085,8 +1085,13 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
   if (ServerProcess::BackendFromEnvironment() != "cuda") {
     GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
   }
+  char log_path[] = "/tmp/fault_log_XXXXXX";
+  const int log_fd = mkstemp(log_path);
+  ASSERT_GE(log_fd, 0);
+  close(log_fd);
   auto server =
-      Start({"--testing_cuda_fault_after_jobs=2", "--streams_per_device=1"});
+      Start({"--testing_cuda_fault_after_jobs=2", "--streams_per_device=1"},
+            log_path);
   ASSERT_NE(server, nullptr);
   auto client = Connect(*server);
   absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
@@ -1116,6 +1121,20 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
   EXPECT_FALSE(serving_after_a_health_check());
   EXPECT_EQ(Transpose(*client, 64, 64).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(server->Stop(SIGTERM), 0);
+  // Each device says, once, that it is out of service, and why.
+  std::ifstream log_file(log_path);
+  const std::string log((std::istreambuf_iterator<char>(log_file)),
+                        std::istreambuf_iterator<char>());
+  unlink(log_path);
+  for (int device = 0; device < devices; ++device) {
+    const std::string line = absl::StrCat(
+        "ERROR cuda:", device, ": cudaErrorIllegalAddress (an illegal memory ");
+    EXPECT_THAT(log, HasSubstr(line)) << log;
+    EXPECT_EQ(log.find(line), log.rfind(line)) << log;
+  }
+  EXPECT_THAT(log, HasSubstr("the device is out of service until the server "
+                             "restarts"));
+  EXPECT_THAT(log, HasSubstr("ERROR health: NOT_SERVING (no healthy device)"));
 }
 
 }  // namespace
