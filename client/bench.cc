@@ -104,7 +104,18 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   // or time (a signal can come just after the last).
   std::atomic<bool> cut_short{false};
   auto worker = [&](std::vector<uint8_t>& output) {
+    // A failing server (stopped, refusing every call) is not hammered in a
+    // loop: each failure in a row doubles the wait before the next call, from
+    // 10 ms to 1 s; a success clears it.
+    absl::Duration backoff = absl::ZeroDuration();
     while (true) {
+      if (backoff > absl::ZeroDuration()) {
+        const absl::Time resume = std::min(absl::Now() + backoff, end);
+        while (absl::Now() < resume && !options.call.cancelled()) {
+          absl::SleepFor(
+              std::min(absl::Milliseconds(10), resume - absl::Now()));
+        }
+      }
       if (options.call.cancelled()) {
         cut_short = true;
         break;
@@ -120,6 +131,9 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
       if (status.ok() && options.verify && output != expected) {
         status = absl::DataLossError("result differs from the CPU transpose");
       }
+      backoff = status.ok() ? absl::ZeroDuration()
+                            : std::clamp(2 * backoff, absl::Milliseconds(10),
+                                         absl::Seconds(1));
       std::lock_guard<std::mutex> lock(mutex);
       if (status.code() == absl::StatusCode::kCancelled &&
           options.call.cancelled()) {

@@ -8,6 +8,7 @@ Usage: cli_readme_test.py --repo REPO --cli PATH_TO_transpose [--build_dir DIR]
 import argparse
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -421,6 +422,14 @@ class CliReadmeTest(unittest.TestCase):
         result = self.cli("bench", "--count=2", "--shape=8x8", "--algorithm=naive", check=False)
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn("0 ok, 2 errors", result.stdout)
+        # A server refusing every call is not hammered in a loop: failures in a row back off
+        # (10 ms doubling to 1 s), so 2 s of them are a handful, not thousands.
+        result = self.cli("bench", "--duration=2s", "--concurrency=2", "--shape=8x8",
+                          "--algorithm=naive", check=False)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        errors = int(re.search(r"0 ok, (\d+) errors", result.stdout).group(1))
+        self.assertGreater(errors, 2)
+        self.assertLess(errors, 40)
         self.assertIn("no request succeeded", result.stdout)
         self.assertNotIn("GB/s", result.stdout)
 
