@@ -406,6 +406,14 @@ int Run() {
         info.name, info.device_name, info.streams,
         info.copy_bandwidth_bytes_per_second / 1e9);
   }
+  // Loud, since a flag file or --fromenv could set it where nobody meant to.
+  if (const int jobs = absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs);
+      jobs > 0 && CudaDeviceCount() > 0) {
+    Log(LogLevel::kWarning,
+        "--testing_cuda_fault_after_jobs=%d: a testing flag; every GPU faults "
+        "on purpose after %d jobs and leaves service",
+        jobs, jobs);
+  }
 
   EngineOptions engine_options;
   engine_options.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);

@@ -1089,9 +1089,9 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
   const int log_fd = mkstemp(log_path);
   ASSERT_GE(log_fd, 0);
   close(log_fd);
-  auto server =
-      Start({"--testing_cuda_fault_after_jobs=2", "--streams_per_device=1"},
-            log_path);
+  auto server = Start({"--testing_cuda_fault_after_jobs=2",
+                       "--streams_per_device=1", "--log_level=warning"},
+                      log_path);
   ASSERT_NE(server, nullptr);
   auto client = Connect(*server);
   absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
@@ -1135,6 +1135,8 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
   EXPECT_THAT(log, HasSubstr("the device is out of service until the server "
                              "restarts"));
   EXPECT_THAT(log, HasSubstr("ERROR health: NOT_SERVING (no healthy device)"));
+  EXPECT_THAT(log, HasSubstr("--testing_cuda_fault_after_jobs=2: a testing "
+                             "flag; every GPU faults on purpose"));
 }
 
 }  // namespace
