@@ -373,14 +373,18 @@ class TransposeService::StreamCall final
     }
     if (!ResultSentLocked()) {
       WriteNextLocked();
-    } else if (half_closed_) {
-      FinishLocked(absl::OkStatus());
-    } else {
-      // Only the client's half-close can show that no data follows the
-      // declared bytes; the job is not needed to wait for it.
-      response_.Clear();  // Its data is the job's.
-      assembler_.ReleaseJob();
+      return;
     }
+    // The result is out: the job, its buffers and its admission are not
+    // needed to finish, and are given back before the status goes out, so a
+    // client that sends its next call as soon as it has this one's status
+    // finds the room this one held (its own last call does not refuse it).
+    // The last chunk's slices keep the output until gRPC drops them.
+    response_.Clear();  // Its data is the job's.
+    assembler_.ReleaseJob();
+    // Only the client's half-close can show that no data follows the
+    // declared bytes.
+    if (half_closed_) FinishLocked(absl::OkStatus());
   }
 
   void OnCancel() override {

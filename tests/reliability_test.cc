@@ -1043,6 +1043,34 @@ TEST_F(ReliabilityTest, AFloodOfFailedCallsIsLoggedTenLinesASecond) {
   EXPECT_EQ(lines + held_back, static_cast<uint64_t>(failed));
 }
 
+// A call gives its admission back before its client has its status, so a
+// client that sends its next call at once is never refused by its own last
+// one: N callers of M bytes each fit a budget of exactly N * M.
+TEST_F(ReliabilityTest, BackToBackCallsFitABudgetOfExactlyTheirSize) {
+  constexpr int kCallers = 4;
+  constexpr uint64_t kRows = 1024, kCols = 1024;  // 4 MiB of float32.
+  auto server = Start(
+      {absl::StrCat("--max_inflight_bytes=", kCallers * kRows * kCols * 4)});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);  // One attempt: a refusal shows.
+  std::atomic<int> refused{0}, failed{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&] {
+      CallOptions call;
+      call.force_stream = true;
+      for (int j = 0; j < 40; ++j) {
+        const absl::Status status = Transpose(*client, kRows, kCols, call);
+        if (absl::IsResourceExhausted(status)) ++refused;
+        if (!status.ok()) ++failed;
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(refused, 0);
+  EXPECT_EQ(failed, 0);
+}
+
 // A second signal during the wait before the drain ends the server at once,
 // without the drain's clean exit code.
 TEST_F(ReliabilityTest, ASecondSignalStopsTheServerAtOnce) {
