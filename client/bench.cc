@@ -110,7 +110,11 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
     absl::Duration backoff = absl::ZeroDuration();
     while (true) {
       if (backoff > absl::ZeroDuration()) {
-        const absl::Time resume = std::min(absl::Now() + backoff, end);
+        // A timed run ends at `end`, waits included; a counted one waits out
+        // every backoff.
+        const absl::Time resume = options.count > 0
+                                      ? absl::Now() + backoff
+                                      : std::min(absl::Now() + backoff, end);
         while (absl::Now() < resume && !options.call.cancelled()) {
           absl::SleepFor(
               std::min(absl::Milliseconds(10), resume - absl::Now()));

@@ -138,17 +138,20 @@ Client::RetryAdvice Client::ReadRetryAdvice(
 // Whether another attempt may go another way. UNAVAILABLE: the call did not
 // get through, or the server is draining (another may take it), unless the
 // server said otherwise. CANCELLED, which the caller's own cancel never
-// reaches here as: a server shutting down cancels the calls that arrive as
-// its transport closes. RESOURCE_EXHAUSTED only when the service said to
-// retry (it was busy): the same code also comes from limits that a repeat
-// meets again, such as a message over gRPC's size limit or a matrix over the
-// server's, and repeating an oversized upload would only load the server.
+// reaches here as, before any of the result arrived: a server shutting down
+// cancels the calls that arrive as its transport closes (later, it is the
+// server giving up on a reader, which a repeat would not help).
+// RESOURCE_EXHAUSTED only when the service said to retry (it was busy): the
+// same code also comes from limits that a repeat meets again, such as a message
+// over gRPC's size limit or a matrix over the server's, and repeating an
+// oversized upload would only load the server.
 bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
   if (advice.never) return false;
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kCancelled:
       return true;
+    case absl::StatusCode::kCancelled:
+      return !advice.result_arrived;
     case absl::StatusCode::kResourceExhausted:
       return advice.pushback.has_value();
     default:
@@ -349,10 +352,16 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   const auto own_deadline_passed = [&](const absl::Status& status) {
     return absl::IsDeadlineExceeded(status) && absl::Now() >= deadline;
   };
+  const absl::Duration timeout =
+      call.timeout.value_or(options_.default_timeout);
   if (absl::Now() >= deadline) {
     return OwnDeadlinePassed(absl::DeadlineExceededError("Deadline Exceeded"),
-                             *call.timeout, 1);
+                             timeout, 1);
   }
+  // The result written over the input (TransposeInto into the input's own
+  // buffer): once part of it has arrived, the input is gone.
+  const bool in_place = input.data.data() < output.data() + output.size() &&
+                        output.data() < input.data.data() + input.data.size();
   absl::Duration backoff = options_.initial_backoff;
   for (int attempt = 1;; ++attempt) {
     if (call.cancelled()) return CancelledByCaller();
@@ -365,11 +374,16 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     // refused on the cancelled stream), the caller ended it.
     if (call.cancelled()) return CancelledByCaller();
     if (own_deadline_passed(stats.status())) {
-      return OwnDeadlinePassed(stats.status(),
-                               call.timeout.value_or(options_.default_timeout),
-                               attempt);
+      return OwnDeadlinePassed(stats.status(), timeout, attempt);
     }
     if (!Retriable(stats.status(), advice)) return stats;
+    if (in_place && advice.result_arrived) {
+      return absl::Status(
+          stats.status().code(),
+          absl::StrCat(stats.status().message(),
+                       " (not sent again: part of the result had already been "
+                       "written over the input)"));
+    }
     if (attempt >= options_.max_attempts) {
       return GaveUp(stats.status(), attempt, "attempts");
     }
@@ -511,7 +525,10 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   bool ok;
   while (queue.Next(&tag, &ok)) {
   }
-  if (!status.ok()) advice = ReadRetryAdvice(context);
+  if (!status.ok()) {
+    advice = ReadRetryAdvice(context);
+    advice.result_arrived = progress.received_bytes > 0;
+  }
   TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
   TRANSPOSE_RETURN_IF_ERROR(protocol);
   if (progress.received_bytes != output.size() || !have_stats) {

@@ -183,7 +183,8 @@ class Client {
 
   // As Transpose, writing the result into `output` (exactly as many bytes as
   // the input). `output` may be `input.data` itself: the input is sent whole
-  // before any of the result arrives.
+  // before any of the result arrives. Such a call is not sent again once part
+  // of its result has overwritten the input.
   absl::StatusOr<TransposeStats> TransposeInto(const MatrixView& input,
                                                absl::Span<uint8_t> output,
                                                const CallOptions& call = {});
@@ -203,11 +204,14 @@ class Client {
  private:
   Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
 
-  // What the server's trailing metadata says about retrying a failed call
-  // (gRFC A6): nothing, do not (a negative pushback), or wait at least so long.
+  // What a failed attempt says about another: the server's trailing metadata
+  // (gRFC A6: nothing, do not (a negative pushback), or wait at least so
+  // long), and whether part of the result had arrived (and been written into
+  // the output).
   struct RetryAdvice {
     bool never = false;
     std::optional<absl::Duration> pushback;
+    bool result_arrived = false;
   };
   absl::StatusOr<TransposeStats> Unary(const MatrixView& input,
                                        absl::Span<uint8_t> output,
