@@ -94,7 +94,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.AddChannelArgument(
       GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
       static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
-  if (options.max_connection_age != absl::InfiniteDuration()) {
+  if (options.max_connection_age > absl::ZeroDuration() &&
+      options.max_connection_age != absl::InfiniteDuration()) {
     builder.AddChannelArgument(
         GRPC_ARG_MAX_CONNECTION_AGE_MS,
         static_cast<int>(std::min<int64_t>(

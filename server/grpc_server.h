@@ -49,7 +49,8 @@ struct GrpcServerOptions {
   // A connection this old gets a GOAWAY (gRPC adds +-10% jitter) and its
   // client reconnects, resolving the target again: how clients find servers
   // that started after they connected (gRPC's DNS resolver looks again only
-  // when a connection ends). Running calls are not cut off. Infinite: never.
+  // when a connection ends). Running calls are not cut off. Infinite or not
+  // positive: never.
   absl::Duration max_connection_age = absl::InfiniteDuration();
 };
 

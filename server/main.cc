@@ -281,33 +281,28 @@ absl::Status CheckFlags() {
     const char* name;
     double value;
     double min;
+    // 0 means never; other values start at `min`.
+    bool zero_is_never = false;
   };
+  // Under a second, idle streams would be calls merely between messages, and
+  // connections would be replaced faster than they carry calls.
   const Seconds durations[] = {
       {"unready_seconds", absl::GetFlag(FLAGS_unready_seconds), 0},
       {"drain_seconds", absl::GetFlag(FLAGS_drain_seconds), 0},
-      {"stream_idle_seconds", absl::GetFlag(FLAGS_stream_idle_seconds), 0},
+      {"stream_idle_seconds", absl::GetFlag(FLAGS_stream_idle_seconds), 1,
+       true},
       {"keepalive_seconds", absl::GetFlag(FLAGS_keepalive_seconds), 0.01},
       {"keepalive_timeout_seconds",
        absl::GetFlag(FLAGS_keepalive_timeout_seconds), 0.01},
       {"max_connection_age_seconds",
-       absl::GetFlag(FLAGS_max_connection_age_seconds), 0}};
+       absl::GetFlag(FLAGS_max_connection_age_seconds), 1, true}};
   for (const Seconds& duration : durations) {
+    if (duration.zero_is_never && duration.value == 0) continue;
     if (!(duration.value >= duration.min && duration.value <= 24 * 3600)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--%s=%g: expected %g to 86400 seconds",
-                          duration.name, duration.value, duration.min));
-    }
-  }
-  // Under a second, calls that are merely between messages would be cut, and
-  // connections would be replaced faster than they carry calls.
-  for (const char* name :
-       {"stream_idle_seconds", "max_connection_age_seconds"}) {
-    const double value = name == std::string("stream_idle_seconds")
-                             ? absl::GetFlag(FLAGS_stream_idle_seconds)
-                             : absl::GetFlag(FLAGS_max_connection_age_seconds);
-    if (value > 0 && value < 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--%s=%g: expected 0 (never) or 1 to 86400 seconds", name, value));
+          "--%s=%g: expected %s%g to 86400 seconds", duration.name,
+          duration.value, duration.zero_is_never ? "0 (never) or " : "",
+          duration.min));
     }
   }
   return absl::OkStatus();
@@ -539,6 +534,7 @@ int Run() {
   std::thread health_watch([&] {
     bool serving = true;
     while (!stopping.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      service.LogHeldBackFailures();
       if (engine.healthy() != serving) {
         serving = !serving;
         Log(serving ? LogLevel::kInfo : LogLevel::kError, "health: %s",
@@ -591,6 +587,7 @@ int Run() {
         service.calls().running(), absl::ToDoubleSeconds(drain));
   }
   transport.join();
+  service.LogHeldBackFailures();
   Log(LogLevel::kInfo, "stopped");
   ExitAfterDrain();
 }

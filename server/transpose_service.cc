@@ -54,6 +54,8 @@ class RpcScope {
     return absl::OkStatus();
   }
 
+  const CallGate& calls() const { return calls_; }
+
   // Reply, then Record: returns the status to hand to gRPC.
   grpc::Status Finish(const absl::Status& status) {
     grpc::Status reply = Reply(status);
@@ -209,7 +211,6 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
             const grpc::ByteBuffer& request, grpc::ByteBuffer& response)
       : context_(context),
         response_(response),
-        calls_(service.calls_),
         scope_(service.metrics_, service.calls_, service.failure_log_,
                RpcMethod::kTranspose, context) {
     if (absl::Status allowed = scope_.Admit(service.access_, context);
@@ -252,7 +253,7 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
     // An OK reply the client never got (it cancelled, its deadline passed,
     // its connection went) is not counted as OK.
     scope_.Record(status_.ok() && context_.IsCancelled()
-                      ? EndedByTransport(context_, calls_,
+                      ? EndedByTransport(context_, scope_.calls(),
                                          "before the reply was delivered")
                       : status_);
     delete this;
@@ -266,7 +267,6 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
 
   grpc::CallbackServerContext& context_;
   grpc::ByteBuffer& response_;
-  const CallGate& calls_;
   RpcScope scope_;
   TransposeSpec spec_;
   absl::Status status_;
@@ -499,6 +499,15 @@ class TransposeService::StreamCall final
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 TransposeService::TransposeStream(grpc::CallbackServerContext* context) {
   return new StreamCall(*this, *context);
+}
+
+void TransposeService::LogHeldBackFailures() {
+  if (const uint64_t held_back = failure_log_.TakeHeldBack(); held_back > 0) {
+    Log(LogLevel::kWarning,
+        "%d failed calls not logged since the last line "
+        "(transpose_requests_total counts all)",
+        held_back);
+  }
 }
 
 grpc::ServerUnaryReactor* TransposeService::GetServerInfo(

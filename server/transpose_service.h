@@ -76,6 +76,11 @@ class TransposeService final : public TransposeServiceBase {
   // The calls running; closing it makes new calls UNAVAILABLE (the drain).
   CallGate& calls() { return calls_; }
 
+  // Logs how many failed calls' lines were held back since the last one that
+  // went out, if any: called each second, so a flood that stops is still
+  // counted in the log.
+  void LogHeldBackFailures();
+
  private:
   class UnaryCall;
   class StreamCall;

@@ -1,8 +1,8 @@
-// Counts the calls running and, once closed, turns new ones away: what a
-// graceful drain needs, so that calls arriving during it are refused by the
-// service (UNAVAILABLE) rather than caught in the transport's own shutdown,
-// where a call racing it can end CANCELLED. It also knows when the drain ends,
-// so that the calls cut off then can say so.
+// Counts the calls running and, once closed, turns new ones away with
+// UNAVAILABLE: what a graceful drain needs to wait for the running calls and
+// refuse the ones that still reach the service while the transport shuts down.
+// It also knows when the drain ends, so that the calls cut off then can say
+// so.
 #ifndef TRANSPOSE_SERVER_CORE_CALL_GATE_H_
 #define TRANSPOSE_SERVER_CORE_CALL_GATE_H_
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <utility>
 
 #include "absl/time/time.h"
 
@@ -34,6 +35,14 @@ class LogRateLimiter {
     *held_back = held_back_;
     held_back_ = 0;
     return true;
+  }
+
+  // The lines held back since the last one that went out, now counted as
+  // reported: for a summary once the flood has stopped, which no next line
+  // would otherwise report.
+  uint64_t TakeHeldBack() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(held_back_, 0);
   }
 
  private:

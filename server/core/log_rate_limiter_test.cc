@@ -42,5 +42,18 @@ TEST(LogRateLimiterTest, EveryLineIsCountedOnceAcrossManyWindows) {
   EXPECT_EQ(out + counted + held_back, 1000u);
 }
 
+TEST(LogRateLimiterTest, TakingTheHeldBackCountReportsItOnce) {
+  LogRateLimiter limiter(1, absl::Seconds(1));
+  const absl::Time start = absl::FromUnixSeconds(1000);
+  uint64_t held_back = 0;
+  ASSERT_TRUE(limiter.Allow(start, &held_back));
+  EXPECT_FALSE(limiter.Allow(start, &held_back));
+  EXPECT_FALSE(limiter.Allow(start, &held_back));
+  EXPECT_EQ(limiter.TakeHeldBack(), 2u);
+  EXPECT_EQ(limiter.TakeHeldBack(), 0u);
+  ASSERT_TRUE(limiter.Allow(start + absl::Seconds(1), &held_back));
+  EXPECT_EQ(held_back, 0u);  // Already reported.
+}
+
 }  // namespace
 }  // namespace transpose
