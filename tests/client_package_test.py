@@ -53,8 +53,8 @@ class ClientPackageTest(unittest.TestCase):
 
     def test_a_program_builds_against_the_installed_package_and_transposes(self):
         self.run_ok("cmake", "--install", ARGS.build_dir, "--prefix", self.prefix)
-        for installed in ["bin/transpose_server", "bin/transpose", "include/client/client.h",
-                          "include/transpose/v1/transpose.grpc.pb.h",
+        for installed in ["bin/transpose_server", "bin/transpose", "include/transpose/client/client.h",
+                          "include/transpose/transpose/v1/transpose.grpc.pb.h",
                           "lib/cmake/transpose/transposeConfig.cmake",
                           "share/transpose/proto/transpose/v1/transpose.proto"]:
             self.assertTrue(os.path.exists(os.path.join(self.prefix, installed)), installed)
