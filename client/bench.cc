@@ -109,17 +109,11 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
     // 10 ms to 1 s; a success clears it.
     absl::Duration backoff = absl::ZeroDuration();
     while (true) {
-      if (backoff > absl::ZeroDuration()) {
-        // A timed run ends at `end`, waits included; a counted one waits out
-        // every backoff.
-        const absl::Time resume = options.count > 0
-                                      ? absl::Now() + backoff
-                                      : std::min(absl::Now() + backoff, end);
-        while (absl::Now() < resume && !options.call.cancelled()) {
-          absl::SleepFor(
-              std::min(absl::Milliseconds(10), resume - absl::Now()));
-        }
-      }
+      // A timed run ends at `end`, waits included; a counted one waits out
+      // every backoff.
+      const absl::Duration wait =
+          options.count > 0 ? backoff : std::min(backoff, end - absl::Now());
+      if (wait > absl::ZeroDuration()) options.call.SleepUnlessCancelled(wait);
       if (options.call.cancelled()) {
         cut_short = true;
         break;

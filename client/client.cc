@@ -392,11 +392,7 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     if (absl::Now() + wait >= deadline) {
       return GaveUp(stats.status(), attempt, "attempts, at the deadline");
     }
-    if (call.canceller == nullptr) {
-      absl::SleepFor(wait);
-    } else if (!call.canceller->SleepUnlessCancelled(wait)) {
-      return CancelledByCaller();
-    }
+    if (!call.SleepUnlessCancelled(wait)) return CancelledByCaller();
     backoff = std::min(2 * backoff, options_.max_backoff);
   }
 }

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/transpose_args.h"
@@ -113,6 +114,8 @@ class CallCanceller {
   void Cancel();
   // Whether Cancel has been called.
   bool cancelled() const;
+  // Waits `wait`; false, at once, when cancelled before or during it.
+  bool SleepUnlessCancelled(absl::Duration wait);
 
  private:
   friend class Client;
@@ -131,9 +134,6 @@ class CallCanceller {
     CallCanceller* const canceller_;
     grpc::ClientContext* const context_;
   };
-
-  // Waits `wait`; false, at once, when cancelled before or during it.
-  bool SleepUnlessCancelled(absl::Duration wait);
 
   mutable std::mutex mutex_;
   std::condition_variable cancelled_changed_;
@@ -159,6 +159,13 @@ struct CallOptions {
 
   bool cancelled() const {
     return canceller != nullptr && canceller->cancelled();
+  }
+  // Waits `wait`; false, at once, when the canceller is cancelled before or
+  // during it.
+  bool SleepUnlessCancelled(absl::Duration wait) const {
+    if (canceller != nullptr) return canceller->SleepUnlessCancelled(wait);
+    absl::SleepFor(wait);
+    return true;
   }
 };
 
