@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -529,13 +530,18 @@ int Run() {
   Log(LogLevel::kInfo, "serving %s on %s:%d with %s", TRANSPOSE_VERSION,
       (*server)->host(), (*server)->port(), absl::StrJoin(names, ", "));
 
-  // Health follows the engine: NOT_SERVING once no device is healthy.
-  Notification stopping;
-  std::thread health_watch([&] {
+  // Each second until the process ends: health follows the engine
+  // (NOT_SERVING once no device is healthy) until the drain takes it over, and
+  // the failed calls' held-back lines are counted in the log.
+  std::mutex health_mutex;
+  bool draining = false;  // Guarded by health_mutex.
+  Notification stopped;
+  std::thread watch([&] {
     bool serving = true;
-    while (!stopping.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    while (!stopped.WaitForNotificationWithTimeout(absl::Seconds(1))) {
       service.LogHeldBackFailures();
-      if (engine.healthy() != serving) {
+      std::lock_guard<std::mutex> lock(health_mutex);
+      if (!draining && engine.healthy() != serving) {
         serving = !serving;
         Log(serving ? LogLevel::kInfo : LogLevel::kError, "health: %s",
             serving ? "SERVING" : "NOT_SERVING (no healthy device)");
@@ -556,8 +562,6 @@ int Run() {
     std::fflush(nullptr);
     std::_Exit(1);
   }).detach();
-  stopping.Notify();
-  health_watch.join();
   const absl::Duration unready =
       absl::Seconds(absl::GetFlag(FLAGS_unready_seconds));
   const absl::Duration drain =
@@ -574,7 +578,11 @@ int Run() {
   // reconnect, and reach another server, while this one's calls finish. A
   // call caught between the two can end CANCELLED; the client library sends
   // it again.
-  (*server)->SetServing(false);
+  {
+    std::lock_guard<std::mutex> lock(health_mutex);
+    draining = true;
+    (*server)->SetServing(false);
+  }
   absl::SleepFor(unready);
   const absl::Time deadline = absl::Now() + drain;
   service.calls().Close(deadline);
@@ -587,6 +595,8 @@ int Run() {
         service.calls().running(), absl::ToDoubleSeconds(drain));
   }
   transport.join();
+  stopped.Notify();
+  watch.join();
   service.LogHeldBackFailures();
   Log(LogLevel::kInfo, "stopped");
   ExitAfterDrain();
