@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -404,7 +405,9 @@ int Run() {
   }
   // Loud, since a flag file or --fromenv could set it where nobody meant to.
   if (const int jobs = absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs);
-      jobs > 0 && CudaDeviceCount() > 0) {
+      jobs > 0 && absl::c_any_of(names, [](const std::string& name) {
+        return absl::StartsWith(name, "cuda:");
+      })) {
     Log(LogLevel::kWarning,
         "--testing_cuda_fault_after_jobs=%d: a testing flag; every GPU faults "
         "on purpose after %d jobs and leaves service",
