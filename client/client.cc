@@ -348,12 +348,12 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
         "output holds %d bytes; the result needs %d", output.size(), bytes));
   }
   const bool unary = !call.force_stream && bytes <= options_.unary_max_bytes;
-  const absl::Time deadline = DeadlineAfter(call.timeout);
+  const absl::Duration timeout =
+      call.timeout.value_or(options_.default_timeout);
+  const absl::Time deadline = DeadlineAfter(timeout);
   const auto own_deadline_passed = [&](const absl::Status& status) {
     return absl::IsDeadlineExceeded(status) && absl::Now() >= deadline;
   };
-  const absl::Duration timeout =
-      call.timeout.value_or(options_.default_timeout);
   if (absl::Now() >= deadline) {
     return OwnDeadlinePassed(absl::DeadlineExceededError("Deadline Exceeded"),
                              timeout, 1);
