@@ -8,6 +8,7 @@ Usage: deploy_test.py --repo REPO --server PATH --cli PATH
 """
 import argparse
 import glob
+import json
 import os
 import re
 import subprocess
@@ -154,6 +155,27 @@ class DeployTest(unittest.TestCase):
             url = alert["annotations"]["runbook_url"]
             self.assertEqual(url, "deploy/RUNBOOK.md#" + alert["alert"].lower(), alert["alert"])
             self.assertIn(alert["alert"].lower(), anchors, alert["alert"])
+
+    def test_dashboard_configmap_is_the_repository_dashboard(self):
+        """Kubernetes gets the dashboard Compose provisions, labelled for Grafana's sidecar."""
+        out = subprocess.run(["kubectl", "kustomize", os.path.join(ARGS.repo, "deploy/grafana")],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        self.assertEqual([d["kind"] for d in docs], ["ConfigMap"])
+        config_map = docs[0]
+        self.assertEqual(config_map["metadata"]["labels"], {"grafana_dashboard": "1"})
+        with open(os.path.join(ARGS.repo, "deploy/grafana/dashboards/transpose.json")) as f:
+            self.assertEqual(config_map["data"], {"transpose.json": f.read()})
+        dashboard = json.loads(config_map["data"]["transpose.json"])
+        self.assertEqual(dashboard["uid"], "transpose-service")
+        # kube-prometheus-stack's Prometheus data source and Compose's both have this uid.
+        with open(os.path.join(ARGS.repo,
+                               "deploy/grafana/provisioning/datasources/prometheus.yml")) as f:
+            self.assertEqual(yaml.safe_load(f)["datasources"][0]["uid"], "prometheus")
+        uids = set(re.findall(r'"datasource":\s*\{[^}]*"uid":\s*"([^"]+)"',
+                              config_map["data"]["transpose.json"]))
+        self.assertEqual(uids, {"prometheus"})
 
     def test_manifests_use_real_flags_ports_and_names(self):
         for name, deployment in self.objects("Deployment"):
