@@ -130,6 +130,12 @@ ABSL_FLAG(std::string, log_level, "info",
 namespace transpose {
 namespace {
 
+// /metrics serves scrapes of a few milliseconds: a connection that has not
+// sent its whole request within 2 s is closed, and 8 threads answer while that
+// many such connections are open.
+constexpr int kMetricsThreads = 8;
+constexpr int kMetricsRequestTimeoutMs = 2000;
+
 absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
     const std::string& kind, Metrics& metrics) {
   if (kind == "cuda" || (kind == "auto" && CudaDeviceCount() > 0)) {
@@ -444,7 +450,12 @@ int Run() {
   const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
   if (!metrics_address.empty()) {
     try {
-      exposer = std::make_unique<prometheus::Exposer>(metrics_address);
+      // CivetWeb's defaults (2 threads, 30 s to read a request) let two
+      // connections that never finish their request hold /metrics for good.
+      exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+          "listening_ports", metrics_address, "num_threads",
+          std::to_string(kMetricsThreads), "request_timeout_ms",
+          std::to_string(kMetricsRequestTimeoutMs)});
     } catch (const std::exception& e) {
       Log(LogLevel::kError, "cannot serve metrics on %s: %s", metrics_address,
           e.what());

@@ -1,12 +1,22 @@
 // TLS, mutual TLS and bearer tokens against the real server binary, with
 // throwaway certificates made by openssl at run time: without a valid token or
 // client certificate no call but the health check succeeds.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -213,6 +223,58 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
     EXPECT_EQ(code, 1) << text;
     EXPECT_THAT(text, ::testing::HasSubstr("--auth_token_file: "));
     EXPECT_THAT(text, ::testing::HasSubstr(file));
+  }
+}
+
+// A TCP connection to 127.0.0.1:`port` that has sent the start of an HTTP
+// request and nothing more; -1 when it cannot connect.
+int HangingHttpRequest(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+  if (fd < 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+          0 ||
+      send(fd, kStart, sizeof(kStart) - 1, MSG_NOSIGNAL) < 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(SecurityTest, MetricsAnswerWhileConnectionsHangMidRequest) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->Metric("transpose_admitted_requests").has_value());
+  // More hanging connections than /metrics has threads. With CivetWeb's
+  // defaults (2 threads, 30 s to read a request), two of them kept every
+  // scrape out for as long as they stayed.
+  std::vector<int> hanging;
+  for (int i = 0; i < 12; ++i) {
+    const int fd = HangingHttpRequest(server->metrics_port());
+    ASSERT_GE(fd, 0) << "connection " << i;
+    hanging.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  // FetchUrl gives up after 10 s.
+  EXPECT_EQ(server->Metric("transpose_admitted_requests"), 0.0);
+  const absl::Duration scrape = absl::Now() - start;
+  EXPECT_LT(scrape, absl::Seconds(8)) << scrape;
+  // And the server closed the hanging connections (end of stream, or reset).
+  for (int fd : hanging) {
+    timeval wait{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    char byte;
+    std::string reply;
+    ssize_t n;
+    while ((n = recv(fd, &byte, 1, 0)) > 0) reply += byte;
+    EXPECT_TRUE(n == 0 || errno == ECONNRESET)
+        << "still open after 10 s: " << std::strerror(errno) << " " << reply;
+    close(fd);
   }
 }
 
