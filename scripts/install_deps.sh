@@ -8,7 +8,7 @@ set -euo pipefail
 build_packages=(
   build-essential cmake ninja-build pkg-config git patchelf
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libabsl-dev prometheus-cpp-dev libcurl4-openssl-dev
+  libabsl-dev prometheus-cpp-dev libcurl4-openssl-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 test_packages=(

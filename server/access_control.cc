@@ -2,7 +2,10 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace transpose {
 
@@ -19,6 +22,29 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return difference == 0;
 }
 
+absl::StatusOr<std::vector<std::string>> ParseTokenFile(
+    absl::string_view contents) {
+  std::vector<std::string> tokens;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(contents, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    for (char c : line) {
+      if (c < '!' || c > '~') {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "line ", line_number,
+            " holds a character that is not visible ASCII (a space, a "
+            "control character or a non-ASCII byte): a token is one word "
+            "per line"));
+      }
+    }
+    tokens.emplace_back(line);
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("holds no token");
+  return tokens;
+}
+
 AccessControl::AccessControl(AccessPolicy policy)
     : policy_(std::move(policy)) {}
 
@@ -32,19 +58,26 @@ absl::Status AccessControl::Check(
           "a verified client certificate is required");
     }
   }
-  if (!policy_.token.empty()) {
+  if (!policy_.tokens.empty()) {
     const auto& metadata = context.client_metadata();
     auto it = metadata.find("authorization");
     if (it == metadata.end()) {
       return absl::UnauthenticatedError(
           "missing 'authorization: Bearer <token>' metadata");
     }
-    const std::string value(it->second.data(), it->second.size());
+    const absl::string_view value(it->second.data(), it->second.size());
+    // The scheme's name is case-insensitive (RFC 7235).
     constexpr absl::string_view kBearer = "Bearer ";
-    if (!absl::StartsWith(value, kBearer) ||
-        !ConstantTimeEquals(value.substr(kBearer.size()), policy_.token)) {
+    if (!absl::StartsWithIgnoreCase(value, kBearer)) {
       return absl::UnauthenticatedError("invalid bearer token");
     }
+    const std::string sent(value.substr(kBearer.size()));
+    // Every token is compared, so the time does not say which one matched.
+    bool known = false;
+    for (const std::string& token : policy_.tokens) {
+      known |= ConstantTimeEquals(sent, token);
+    }
+    if (!known) return absl::UnauthenticatedError("invalid bearer token");
   }
   return absl::OkStatus();
 }

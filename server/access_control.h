@@ -7,15 +7,18 @@
 #include <grpcpp/grpcpp.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace transpose {
 
 struct AccessPolicy {
   // Empty: no token is needed. Otherwise calls must send "authorization: Bearer
-  // <token>".
-  std::string token;
+  // <token>" with one of these (several while a token is being replaced).
+  std::vector<std::string> tokens;
   // Calls must come over TLS with a client certificate the server verified.
   bool require_client_certificate = false;
 };
@@ -29,12 +32,19 @@ class AccessControl {
 
   // Whether any check is on.
   bool enabled() const {
-    return !policy_.token.empty() || policy_.require_client_certificate;
+    return !policy_.tokens.empty() || policy_.require_client_certificate;
   }
 
  private:
   const AccessPolicy policy_;
 };
+
+// The tokens of a token file: one per line, blank lines and the whitespace
+// around each ignored. INVALID_ARGUMENT, naming the line but not quoting it,
+// for a token with a character a client cannot send in a header value after
+// "Bearer " (anything but visible ASCII), and for a file with no token.
+absl::StatusOr<std::vector<std::string>> ParseTokenFile(
+    absl::string_view contents);
 
 // Equal contents in time that depends on the lengths only, not on where they
 // differ.

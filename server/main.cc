@@ -20,7 +20,6 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -42,6 +41,7 @@
 #include "server/grpc_server.h"
 #include "server/metrics.h"
 #include "server/nvml_collector.h"
+#include "server/tls_files.h"
 #include "server/transpose_service.h"
 
 #ifndef TRANSPOSE_VERSION
@@ -110,8 +110,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require client certificates that chain to it (mutual "
           "TLS). Health checks stay open to callers without one.");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "File holding a bearer token: calls must send 'authorization: Bearer "
-          "<token>' (health checks stay open). Turns server reflection off.");
+          "File holding bearer tokens, one per line (two while one replaces "
+          "the other): calls must send 'authorization: Bearer <token>' with "
+          "one of them (health checks stay open). Turns server reflection "
+          "off.");
 ABSL_FLAG(double, keepalive_seconds, 60,
           "Ping a connection idle this long; close it, cancelling its calls, "
           "when no answer comes within --keepalive_timeout_seconds (how a "
@@ -328,7 +330,17 @@ absl::StatusOr<std::string> ReadFlagFile(absl::string_view flag,
   return contents;
 }
 
-// Reads the TLS and token files the flags name into the server's options.
+// `status` about the file a flag names, saying which ("--tls_key=k.pem is not
+// the key of ...").
+absl::Status NameFlagFile(absl::string_view flag, const std::string& path,
+                          const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("--", flag, "=", path, " ",
+                                                  status.message()));
+}
+
+// Reads the TLS and token files the flags name into the server's options, and
+// checks that they can work.
 absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server) {
   const std::string cert = absl::GetFlag(FLAGS_tls_cert);
   const std::string key = absl::GetFlag(FLAGS_tls_key);
@@ -339,20 +351,28 @@ absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server) {
                                ReadFlagFile("tls_cert", cert));
     TRANSPOSE_ASSIGN_OR_RETURN(server.tls_private_key_pem,
                                ReadFlagFile("tls_key", key));
+    TRANSPOSE_RETURN_IF_ERROR(NameFlagFile(
+        "tls_cert", cert, CheckPemCertificates(server.tls_cert_chain_pem)));
+    TRANSPOSE_RETURN_IF_ERROR(
+        NameFlagFile("tls_key", key,
+                     CheckPemKeyMatchesCertificate(server.tls_private_key_pem,
+                                                   server.tls_cert_chain_pem)));
   }
   if (!client_ca.empty()) {
     TRANSPOSE_ASSIGN_OR_RETURN(server.tls_client_ca_pem,
                                ReadFlagFile("tls_client_ca", client_ca));
+    TRANSPOSE_RETURN_IF_ERROR(
+        NameFlagFile("tls_client_ca", client_ca,
+                     CheckPemCertificates(server.tls_client_ca_pem)));
   }
   const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
   if (!token_file.empty()) {
-    TRANSPOSE_ASSIGN_OR_RETURN(std::string token,
+    TRANSPOSE_ASSIGN_OR_RETURN(std::string contents,
                                ReadFlagFile("auth_token_file", token_file));
-    access.token = std::string(absl::StripAsciiWhitespace(token));
-    if (access.token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--auth_token_file=", token_file, " is empty"));
-    }
+    absl::StatusOr<std::vector<std::string>> tokens = ParseTokenFile(contents);
+    TRANSPOSE_RETURN_IF_ERROR(
+        NameFlagFile("auth_token_file", token_file, tokens.status()));
+    access.tokens = *std::move(tokens);
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -50,7 +51,9 @@ class SecurityTest : public ::testing::Test {
         "-extfile $1.ext -out $1.pem; }\n",
         "ca ca; ca rogue_ca; leaf server ca; leaf client ca; leaf rogue "
         "rogue_ca\n",
-        "printf 's3cret-token\\n' > token\n");
+        "printf 's3cret-token\\n' > token\n",
+        "printf 'old-token\\nnew-token\\n' > two_tokens\n",
+        "printf 'two words\\n' > bad_token\n");
     ASSERT_EQ(std::system(
                   absl::StrCat("bash -c '", Escape(script), "' >/dev/null 2>&1")
                       .c_str()),
@@ -191,6 +194,16 @@ TEST_F(SecurityTest, BearerTokenGuardsEveryCallButHealth) {
             (Codes{kOk, kOk, kOk, absl::StatusCode::kUnimplemented}));
 }
 
+TEST_F(SecurityTest, EitherTokenOfATokenFileServesWhileOneReplacesTheOther) {
+  auto server = Start({absl::StrCat("--auth_token_file=", Path("two_tokens"))});
+  ASSERT_NE(server, nullptr);
+  for (const char* token : {"old-token", "new-token"}) {
+    ClientOptions options;
+    options.bearer_token = token;
+    EXPECT_EQ(Calls(*Connect(*server, options))[0], kOk) << token;
+  }
+}
+
 TEST_F(SecurityTest, TokenOverTls) {
   auto server = Start({absl::StrCat("--tls_cert=", Path("server.pem")),
                        absl::StrCat("--tls_key=", Path("server.key")),
@@ -214,6 +227,32 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
         ServerProcess::StartFromEnvironment(args, absl::Seconds(20));
     EXPECT_FALSE(server.ok()) << args[0];
+  }
+  // Files that cannot work: exit 1 and a message naming the flag, the file and
+  // what is wrong. A key that is not the certificate's, or a key given as the
+  // client CA, used to surface as "the port is in use".
+  const std::string cert = absl::StrCat("--tls_cert=", Path("server.pem"));
+  const std::string key = absl::StrCat("--tls_key=", Path("server.key"));
+  for (const auto& [args, message] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{cert, absl::StrCat("--tls_key=", Path("client.key"))},
+            absl::StrCat("--tls_key=", Path("client.key"), " is not the key")},
+           {{absl::StrCat("--tls_cert=", Path("server.key")), key},
+            absl::StrCat("--tls_cert=", Path("server.key"),
+                         " holds no PEM certificate")},
+           {{cert, key, absl::StrCat("--tls_client_ca=", Path("ca.key"))},
+            absl::StrCat("--tls_client_ca=", Path("ca.key"),
+                         " holds no PEM certificate")},
+           {{absl::StrCat("--auth_token_file=", Path("bad_token"))},
+            absl::StrCat("--auth_token_file=", Path("bad_token"),
+                         " line 1 holds a character")}}) {
+    std::vector<std::string> command = {"--backend=cpu",
+                                        "--address=127.0.0.1:0"};
+    command.insert(command.end(), args.begin(), args.end());
+    const auto [code, text] = ServerProcess::RunUntilExit(command);
+    EXPECT_EQ(code, 1) << text;
+    EXPECT_THAT(text, ::testing::HasSubstr(message));
+    EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("port")));
   }
   // A file that cannot be read: exit 1 and a message naming flag and file. A
   // directory used to abort the server.

@@ -1,0 +1,78 @@
+#include "server/tls_files.h"
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <memory>
+
+namespace transpose {
+namespace {
+
+struct BioFree {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
+struct X509Free {
+  void operator()(X509* cert) const { X509_free(cert); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
+};
+using Bio = std::unique_ptr<BIO, BioFree>;
+using Certificate = std::unique_ptr<X509, X509Free>;
+using PrivateKey = std::unique_ptr<EVP_PKEY, KeyFree>;
+
+Bio ReadOnlyBio(absl::string_view pem) {
+  return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// The next certificate in `bio`, or null at the end or at text that is not
+// one (OpenSSL's error queue is cleared either way).
+Certificate NextCertificate(BIO* bio) {
+  Certificate cert(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr));
+  ERR_clear_error();
+  return cert;
+}
+
+}  // namespace
+
+absl::Status CheckPemCertificates(absl::string_view pem) {
+  Bio bio = ReadOnlyBio(pem);
+  int count = 0;
+  while (NextCertificate(bio.get()) != nullptr) ++count;
+  if (count == 0) {
+    return absl::InvalidArgumentError("holds no PEM certificate");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPemKeyMatchesCertificate(absl::string_view key_pem,
+                                           absl::string_view cert_chain_pem) {
+  Bio cert_bio = ReadOnlyBio(cert_chain_pem);
+  Certificate cert = NextCertificate(cert_bio.get());
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(
+        "the certificate chain holds no PEM certificate");
+  }
+  Bio key_bio = ReadOnlyBio(key_pem);
+  // A null passphrase callback: an encrypted key fails here instead of
+  // prompting on the terminal.
+  PrivateKey key(PEM_read_bio_PrivateKey(
+      key_bio.get(), nullptr, [](char*, int, int, void*) { return 0; },
+      nullptr));
+  ERR_clear_error();
+  if (key == nullptr) {
+    return absl::InvalidArgumentError("holds no unencrypted PEM private key");
+  }
+  const bool matches = X509_check_private_key(cert.get(), key.get()) == 1;
+  ERR_clear_error();
+  if (!matches) {
+    return absl::InvalidArgumentError(
+        "is not the key of the certificate chain's first certificate");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace transpose

@@ -1,0 +1,24 @@
+// Checks of the TLS files a server is given, before gRPC takes them: gRPC
+// reports a key that does not match its certificate, or a file that is no
+// certificate at all, only as a failure to listen.
+#ifndef TRANSPOSE_SERVER_TLS_FILES_H_
+#define TRANSPOSE_SERVER_TLS_FILES_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace transpose {
+
+// OK when `pem` holds at least one PEM certificate and nothing that fails to
+// parse as one; INVALID_ARGUMENT otherwise.
+absl::Status CheckPemCertificates(absl::string_view pem);
+
+// OK when `key_pem` is a PEM private key whose public half is that of the
+// first certificate in `cert_chain_pem`; INVALID_ARGUMENT saying which part
+// fails otherwise. The message never quotes the key.
+absl::Status CheckPemKeyMatchesCertificate(absl::string_view key_pem,
+                                           absl::string_view cert_chain_pem);
+
+}  // namespace transpose
+
+#endif  // TRANSPOSE_SERVER_TLS_FILES_H_

@@ -1,0 +1,71 @@
+#include "server/tls_files.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/files.h"
+
+namespace transpose {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two self-signed certificates with their keys, made by the openssl command.
+class TlsFilesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char dir_template[] = "/tmp/transpose-tls-files-XXXXXX";
+    dir_ = mkdtemp(dir_template);
+    const std::string script = absl::StrCat(
+        "set -e; cd ", dir_,
+        "; for n in a b; do openssl req -x509 -newkey ec -pkeyopt "
+        "ec_paramgen_curve:P-256 -nodes -keyout $n.key -out $n.pem -days 1 "
+        "-subj /CN=$n; done >/dev/null 2>&1");
+    ASSERT_EQ(std::system(script.c_str()), 0) << script;
+  }
+  static void TearDownTestSuite() {
+    std::system(absl::StrCat("rm -rf ", dir_).c_str());
+  }
+  static std::string Pem(const std::string& name) {
+    return ReadFile(absl::StrCat(dir_, "/", name)).value();
+  }
+  static std::string dir_;
+};
+
+std::string TlsFilesTest::dir_;
+
+TEST_F(TlsFilesTest, CertificatesAreFound) {
+  EXPECT_TRUE(CheckPemCertificates(Pem("a.pem")).ok());
+  EXPECT_TRUE(CheckPemCertificates(Pem("a.pem") + Pem("b.pem")).ok());
+  // A key, or anything else, where certificates belong.
+  for (const std::string& pem :
+       {Pem("a.key"), std::string(), std::string("x")}) {
+    EXPECT_EQ(CheckPemCertificates(pem),
+              absl::InvalidArgumentError("holds no PEM certificate"));
+  }
+}
+
+TEST_F(TlsFilesTest, KeyMustBeTheFirstCertificatesOwn) {
+  EXPECT_TRUE(CheckPemKeyMatchesCertificate(Pem("a.key"), Pem("a.pem")).ok());
+  EXPECT_TRUE(
+      CheckPemKeyMatchesCertificate(Pem("a.key"), Pem("a.pem") + Pem("b.pem"))
+          .ok());
+  const absl::Status other =
+      CheckPemKeyMatchesCertificate(Pem("b.key"), Pem("a.pem"));
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(other.message()), HasSubstr("is not the key"));
+  // A certificate where the key belongs.
+  EXPECT_THAT(
+      std::string(
+          CheckPemKeyMatchesCertificate(Pem("a.pem"), Pem("a.pem")).message()),
+      HasSubstr("no unencrypted PEM private key"));
+  EXPECT_THAT(
+      std::string(CheckPemKeyMatchesCertificate(Pem("a.key"), "").message()),
+      HasSubstr("holds no PEM certificate"));
+}
+
+}  // namespace
+}  // namespace transpose
