@@ -227,9 +227,13 @@ class DeployTest(unittest.TestCase):
         for service in servers:
             uses = flag_uses(service["command"])
             self.assertLessEqual(set(uses), self.server_flags)
-            published = {p.split(":")[1] for p in compose["x-server"]["ports"]}
+            published = {p.split(":")[-2] for p in compose["x-server"]["ports"]}
             self.assertIn(uses["address"].rsplit(":", 1)[1], published)
             self.assertIn(uses["metrics_address"].rsplit(":", 1)[1], published)
+        # Published on the host's loopback address only: nothing here asks callers for a token.
+        for name, service in list(compose["services"].items()) + [("x-server", compose["x-server"])]:
+            for port in service.get("ports", []):
+                self.assertTrue(port.startswith("127.0.0.1:"), f"{name}: {port}")
         with open(os.path.join(ARGS.repo, "docker/Dockerfile")) as f:
             dockerfile = f.read()
         cmd = re.search(r'^CMD \[(.*)\]$', dockerfile, re.M).group(1)
