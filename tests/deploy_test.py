@@ -115,7 +115,8 @@ class DeployTest(unittest.TestCase):
         for name, (text, docs) in self.rendered.items():
             kinds = {d["kind"] for d in docs}
             self.assertLessEqual({"Deployment", "Service", "ServiceMonitor", "PrometheusRule",
-                                  "HorizontalPodAutoscaler", "ConfigMap", "PodDisruptionBudget"},
+                                  "HorizontalPodAutoscaler", "ConfigMap", "PodDisruptionBudget",
+                                  "NetworkPolicy"},
                                  kinds, name)
             lint = subprocess.run(["yamllint", "-d", "{extends: relaxed, rules: {line-length: disable}}",
                                    "-"], input=text, capture_output=True, text=True)
@@ -130,6 +131,35 @@ class DeployTest(unittest.TestCase):
             # One pod at a time, and never a budget that forbids draining a lone pod.
             self.assertEqual(budgets[0]["spec"].get("maxUnavailable"), 1, name)
             self.assertNotIn("minAvailable", budgets[0]["spec"], name)
+
+    def test_callers_need_a_token_and_only_the_namespace_and_monitoring_get_in(self):
+        for name, (_, docs) in self.rendered.items():
+            deployment = next(d for d in docs if d and d["kind"] == "Deployment")
+            pod = deployment["spec"]["template"]["spec"]
+            container = pod["containers"][0]
+            # The token file is on a read-only Secret volume the server's group may read.
+            token_file = flag_uses(container["args"])["auth_token_file"]
+            mount = next(m for m in container["volumeMounts"]
+                         if token_file.startswith(m["mountPath"] + "/"))
+            self.assertIs(mount["readOnly"], True, name)
+            volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+            self.assertEqual(volume["secret"]["secretName"], "transpose-auth", name)
+            self.assertEqual(volume["secret"]["defaultMode"], 0o440, name)
+            self.assertEqual(pod["securityContext"]["fsGroup"],
+                             pod["securityContext"]["runAsGroup"], name)
+            # gRPC from this namespace, metrics from the monitoring one, by the label that only
+            # Kubernetes sets; nothing else.
+            policies = [d for d in docs if d and d["kind"] == "NetworkPolicy"]
+            self.assertEqual(len(policies), 1, name)
+            spec = policies[0]["spec"]
+            self.assertEqual(spec["podSelector"], deployment["spec"]["selector"], name)
+            self.assertEqual(spec["policyTypes"], ["Ingress"])
+            ports = {p["name"] for p in container["ports"]}
+            rules = {rule["ports"][0]["port"]: rule["from"] for rule in spec["ingress"]}
+            self.assertEqual(set(rules), ports, name)
+            self.assertEqual(rules["grpc"], [{"podSelector": {}}], name)
+            self.assertEqual(rules["metrics"], [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "monitoring"}}}], name)
 
     def test_prometheusrule_is_the_repository_rules_and_promtool_accepts_it(self):
         with open(os.path.join(ARGS.repo, "deploy/prometheus/rules/transpose.rules.yml")) as f:
