@@ -51,6 +51,8 @@ Engine::Admission& Engine::Admission::operator=(Admission&& other) noexcept {
     Release();
     engine_ = std::exchange(other.engine_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    caller_ = std::move(other.caller_);
+    other.caller_.clear();
   }
   return *this;
 }
@@ -59,7 +61,21 @@ void Engine::Admission::Release() {
   if (engine_ == nullptr) return;
   engine_->inflight_bytes_.fetch_sub(bytes_);
   engine_->inflight_requests_.fetch_sub(1);
+  if (!caller_.empty()) engine_->ReleaseCallerShare(caller_, bytes_);
   engine_ = nullptr;
+}
+
+void Engine::ReleaseCallerShare(const std::string& caller, uint64_t bytes) {
+  absl::MutexLock lock(&callers_mutex_);
+  auto it = callers_.find(caller);
+  if (it == callers_.end()) return;
+  it->second.bytes -= bytes;
+  if (--it->second.requests == 0) callers_.erase(it);
+}
+
+int Engine::callers() const {
+  absl::MutexLock lock(&callers_mutex_);
+  return static_cast<int>(callers_.size());
 }
 
 Engine::Engine(std::vector<std::unique_ptr<Backend>> backends,
@@ -75,7 +91,7 @@ bool Engine::healthy() const {
 }
 
 absl::StatusOr<std::unique_ptr<TransposeJob>> Engine::CreateJob(
-    const TransposeSpec& spec) {
+    const TransposeSpec& spec, absl::string_view caller) {
   TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
                              MatrixBytes(spec.dtype, spec.shape));
   if (AlgorithmName(spec.algorithm) == "unknown") {
@@ -110,18 +126,47 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> Engine::CreateJob(
   }
   if (best == n) return why_not;
 
-  TRANSPOSE_ASSIGN_OR_RETURN(Admission admission, Admit(bytes));
+  TRANSPOSE_ASSIGN_OR_RETURN(Admission admission, Admit(bytes, caller));
   TRANSPOSE_ASSIGN_OR_RETURN(std::unique_ptr<TransposeJob> job,
                              backends_[best]->CreateJob(spec, bytes));
   return std::make_unique<AdmittedJob>(std::move(job), std::move(admission));
 }
 
-absl::StatusOr<Engine::Admission> Engine::Admit(uint64_t bytes) {
+absl::StatusOr<Engine::Admission> Engine::Admit(uint64_t bytes,
+                                                absl::string_view caller) {
+  // The caller's share first: a caller at its limit is refused without
+  // touching the server-wide counts.
+  std::string counted_caller;
+  if (has_caller_limits() && !caller.empty()) {
+    absl::MutexLock lock(&callers_mutex_);
+    CallerShare& share = callers_[caller];
+    const uint64_t per_caller_bytes = options_.max_inflight_bytes_per_caller;
+    const int per_caller_requests = options_.max_inflight_requests_per_caller;
+    absl::Status refused;
+    if (per_caller_requests > 0 && share.requests >= per_caller_requests) {
+      refused = absl::ResourceExhaustedError(absl::StrFormat(
+          "server busy for %s: %d of its requests in flight, the limit per "
+          "caller is %d; retry later",
+          caller, share.requests, per_caller_requests));
+    } else if (per_caller_bytes > 0 && share.bytes + bytes > per_caller_bytes) {
+      refused = absl::ResourceExhaustedError(absl::StrFormat(
+          "server busy for %s: %d bytes of its matrices in flight, and %d "
+          "more would pass the limit per caller of %d; retry later",
+          caller, share.bytes, bytes, per_caller_bytes));
+    }
+    if (!refused.ok()) {
+      if (share.requests == 0) callers_.erase(std::string(caller));
+      return RetryLater(std::move(refused));
+    }
+    share.bytes += bytes;
+    ++share.requests;
+    counted_caller = std::string(caller);
+  }
   // Count first, then check: concurrent admissions never both slip under a
   // limit.
   const int requests = inflight_requests_.fetch_add(1) + 1;
   const uint64_t total = inflight_bytes_.fetch_add(bytes) + bytes;
-  Admission admission(this, bytes);
+  Admission admission(this, bytes, std::move(counted_caller));
   if (options_.max_inflight_requests > 0 &&
       requests > options_.max_inflight_requests) {
     return RetryLater(absl::ResourceExhaustedError(absl::StrFormat(

@@ -13,6 +13,7 @@
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "server/core/notification.h"
+#include "server/core/retry.h"
 #include "server/cpu_backend.h"
 #include "server/fake_backend.h"
 
@@ -142,6 +143,54 @@ TEST(EngineTest, TheMatrixLimitIsAtMostTheAdmissionBudget) {
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(status.message(), HasSubstr("exceeds the server's limit of 128"));
   EXPECT_THAT(status.message(), Not(HasSubstr("retry")));
+}
+
+// One caller at its share is refused while others are still admitted, and gets
+// in again once its own jobs are gone; the server-wide limits still hold.
+TEST(EngineTest, EnforcesTheLimitsPerCaller) {
+  constexpr uint64_t kMatrix = 4 * 8 * 4;  // kSpec's bytes.
+  EngineOptions options;
+  options.max_inflight_bytes = 5 * kMatrix;
+  options.max_inflight_bytes_per_caller = 2 * kMatrix;
+  options.max_inflight_requests_per_caller = 3;
+  Fakes fakes = MakeEngine(1, options);
+  Engine& engine = *fakes.engine;
+  std::vector<std::unique_ptr<TransposeJob>> jobs;
+  for (int i = 0; i < 2; ++i) jobs.push_back(*engine.CreateJob(kSpec, "a"));
+  absl::Status refused = engine.CreateJob(kSpec, "a").status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("server busy for a: 256 bytes of its matrices in "
+                        "flight, and 128 more would pass the limit per caller "
+                        "of 256; retry later"));
+  EXPECT_TRUE(IsRetryLater(refused));
+  // The refusal took nothing.
+  EXPECT_EQ(engine.inflight_bytes(), 2 * kMatrix);
+  EXPECT_EQ(engine.callers(), 1);
+  // Others, and jobs that name no caller, still get in, up to the whole
+  // budget.
+  jobs.push_back(*engine.CreateJob(kSpec, "b"));
+  jobs.push_back(*engine.CreateJob(kSpec, "b"));
+  EXPECT_EQ(engine.callers(), 2);
+  jobs.push_back(*engine.CreateJob(kSpec));
+  EXPECT_THAT(engine.CreateJob(kSpec, "c").status().message(),
+              HasSubstr("server busy: 640 bytes of matrices in flight"));
+  EXPECT_EQ(engine.callers(), 2);
+  // a's first job done: a gets in again.
+  jobs.erase(jobs.begin());
+  EXPECT_TRUE(engine.CreateJob(kSpec, "a").ok());
+  jobs.clear();
+  EXPECT_EQ(engine.inflight_bytes(), 0u);
+  EXPECT_EQ(engine.callers(), 0);
+
+  // The request limit per caller, with small matrices.
+  TransposeSpec tiny = kSpec;
+  tiny.shape = {1, 1, 1};
+  for (int i = 0; i < 3; ++i) jobs.push_back(*engine.CreateJob(tiny, "a"));
+  EXPECT_THAT(engine.CreateJob(tiny, "a").status().message(),
+              HasSubstr("3 of its requests in flight, the limit per caller "
+                        "is 3"));
+  EXPECT_TRUE(engine.CreateJob(tiny, "b").ok());
 }
 
 // The real CPU backend behind the engine: results, stats and metrics.

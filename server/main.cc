@@ -89,6 +89,15 @@ ABSL_FLAG(uint64_t, max_transport_bytes, 0,
 ABSL_FLAG(int, max_inflight_requests, 256,
           "Requests the server holds at once; past it, RESOURCE_EXHAUSTED at "
           "once (0: no limit).");
+ABSL_FLAG(uint64_t, max_inflight_bytes_per_peer, 0,
+          "Bytes of matrices the server holds at once for one client host "
+          "(the address its connections come from), so that one slow or "
+          "hostile client cannot hold all of --max_inflight_bytes; past it, "
+          "that client gets RESOURCE_EXHAUSTED at once (0: no limit). Clients "
+          "behind one proxy or NAT address share it.");
+ABSL_FLAG(int, max_inflight_requests_per_peer, 0,
+          "Requests the server holds at once for one client host; past it, "
+          "RESOURCE_EXHAUSTED at once (0: no limit).");
 ABSL_FLAG(double, unready_seconds, 2,
           "On SIGTERM or SIGINT, how long health reports NOT_SERVING while new "
           "calls are still taken, before the drain.");
@@ -253,6 +262,8 @@ absl::Status CheckFlags() {
       {"cpu_threads", absl::GetFlag(FLAGS_cpu_threads), kMaxThreads},
       {"max_inflight_requests", absl::GetFlag(FLAGS_max_inflight_requests),
        INT_MAX},
+      {"max_inflight_requests_per_peer",
+       absl::GetFlag(FLAGS_max_inflight_requests_per_peer), INT_MAX},
       {"testing_cuda_fault_after_jobs",
        absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs), INT_MAX}};
   for (const Count& count : counts) {
@@ -445,6 +456,10 @@ int Run() {
   engine_options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   engine_options.max_inflight_requests =
       absl::GetFlag(FLAGS_max_inflight_requests);
+  engine_options.max_inflight_bytes_per_caller =
+      absl::GetFlag(FLAGS_max_inflight_bytes_per_peer);
+  engine_options.max_inflight_requests_per_caller =
+      absl::GetFlag(FLAGS_max_inflight_requests_per_peer);
   Engine engine(*std::move(backends), engine_options);
 
   ServiceOptions service_options;
@@ -513,6 +528,11 @@ int Run() {
       [limit = engine_options.max_inflight_requests] {
         return static_cast<double>(limit);
       });
+  admission->Add(
+      "transpose_admitted_peers",
+      "Client hosts holding admitted requests (counted only under "
+      "--max_inflight_bytes_per_peer or --max_inflight_requests_per_peer).",
+      [&engine] { return engine.callers(); });
   expose(admission);
   // GPU utilisation and memory from the driver, where it has NVML.
   std::vector<NvmlCollector::Device> gpus;

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "proto/convert.h"
 #include "proto/wire.h"
+#include "server/core/host_port.h"
 #include "server/core/log.h"
 #include "server/core/retry.h"
 #include "server/core/status_macros.h"
@@ -41,6 +42,7 @@ class RpcScope {
         entered_(calls.TryEnter()),
         method_(method),
         peer_(context.peer()),
+        caller_(PeerHost(peer_)),
         start_(absl::Now()) {
     metrics_.inflight_requests().Increment();
   }
@@ -55,6 +57,8 @@ class RpcScope {
   }
 
   const CallGate& calls() const { return calls_; }
+  // Whose share of the admission limits the call takes: its client's host.
+  const std::string& caller() const { return caller_; }
 
   // Reply, then Record: returns the status to hand to gRPC.
   grpc::Status Finish(const absl::Status& status) {
@@ -106,6 +110,7 @@ class RpcScope {
   const bool entered_;
   const RpcMethod method_;
   const std::string peer_;
+  const std::string caller_;
   const absl::Time start_;
 };
 
@@ -221,8 +226,8 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
     absl::Status status;
     std::shared_ptr<TransposeJob> job;
     {
-      RequestAssembler assembler([&service](const TransposeSpec& spec) {
-        return service.engine_.CreateJob(spec);
+      RequestAssembler assembler([&service, this](const TransposeSpec& spec) {
+        return service.engine_.CreateJob(spec, scope_.caller());
       });
       status =
           AddMessage(request, service.options_.max_message_bytes, assembler);
@@ -296,7 +301,7 @@ class TransposeService::StreamCall final
         scope_(service.metrics_, service.calls_, service.failure_log_,
                RpcMethod::kTransposeStream, context),
         assembler_([this](const TransposeSpec& spec) {
-          return service_.engine_.CreateJob(spec);
+          return service_.engine_.CreateJob(spec, scope_.caller());
         }) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (absl::Status allowed = scope_.Admit(service.access_, context);

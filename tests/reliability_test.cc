@@ -276,6 +276,63 @@ TEST_F(ReliabilityTest, AdmissionLimitsRefuseAtOnceAndCancellingGivesBack) {
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
 }
 
+// Uploads from one client host that stop after their headers hold only that
+// host's share: another host is still served, and the first gets in again once
+// its uploads are gone. The two hosts are 127.0.0.1 and ::1.
+TEST_F(ReliabilityTest, OneClientHostHoldsOnlyItsShareOfTheAdmissionBudget) {
+  auto server = Start({"--address=[::]:0",
+                       absl::StrCat("--max_inflight_bytes=", 16 * kMiB),
+                       absl::StrCat("--max_inflight_bytes_per_peer=", 6 * kMiB),
+                       "--max_inflight_requests_per_peer=3"});
+  ASSERT_NE(server, nullptr);
+  auto ipv4 = Connect(*server);
+  ClientOptions options;
+  options.target = absl::StrCat("[::1]:", server->port());
+  options.default_timeout = absl::Seconds(20);
+  options.max_attempts = 1;
+  auto ipv6 = *Client::Create(options);
+  if (!ipv6->GetServerInfo(absl::Seconds(5)).ok()) {
+    GTEST_SKIP() << "this machine has no IPv6 loopback (::1)";
+  }
+
+  auto stub = v1::TransposeService::NewStub(ipv4->channel());
+  grpc::ClientContext held;
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
+  ASSERT_TRUE(stream->Write(Header(1024, 1024)));  // 4 MiB of 127.0.0.1's 6.
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 4.0 * kMiB),
+            4.0 * kMiB);
+  EXPECT_EQ(Gauge(*server, "transpose_admitted_peers"), 1);
+
+  // 4 more MiB from the same host pass its share, with the server's budget
+  // half free; from the other host they fit.
+  absl::Status busy = Transpose(*ipv4, 1024, 1024);
+  EXPECT_EQ(busy.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(busy.message(), HasSubstr("server busy for ipv4:127.0.0.1: "
+                                        "4194304 bytes of its matrices"));
+  EXPECT_TRUE(Transpose(*ipv6, 1024, 1024).ok());
+  EXPECT_TRUE(Transpose(*ipv4, 512, 512).ok());  // 1 MiB fits the share.
+
+  held.TryCancel();
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+  EXPECT_TRUE(Transpose(*ipv4, 1024, 1024).ok());
+
+  // The request share: three held uploads, then the host's fourth is refused.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->TransposeStream(contexts.back().get()));
+    ASSERT_TRUE(streams.back()->Write(Header(8, 8)));
+  }
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 3), 3);
+  EXPECT_THAT(Transpose(*ipv4, 8, 8).message(),
+              HasSubstr("3 of its requests in flight, the limit per caller"));
+  EXPECT_TRUE(Transpose(*ipv6, 8, 8).ok());
+  for (auto& context : contexts) context->TryCancel();
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
+  EXPECT_EQ(Gauge(*server, "transpose_admitted_peers"), 0);
+}
+
 TEST_F(ReliabilityTest, AnExpiredDeadlineGivesEverythingBack) {
   auto server = Start({absl::StrCat("--max_inflight_bytes=", 8 * kMiB)});
   ASSERT_NE(server, nullptr);

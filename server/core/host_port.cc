@@ -37,4 +37,20 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   return HostPort{std::string(host), number};
 }
 
+std::string PeerHost(absl::string_view peer) {
+  if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) {
+    return std::string(peer);
+  }
+  const size_t colon = peer.rfind(':');
+  if (colon == absl::string_view::npos || colon < 5) return std::string(peer);
+  const absl::string_view host = peer.substr(0, colon);
+  // An IPv6 host is bracketed (gRPC 1.51 writes the brackets URI-encoded), so
+  // a last colon after the bracket is the port's.
+  if (absl::StartsWith(peer, "ipv6:") && !absl::EndsWith(host, "]") &&
+      !absl::EndsWithIgnoreCase(host, "%5D")) {
+    return std::string(peer);
+  }
+  return std::string(host);
+}
+
 }  // namespace transpose

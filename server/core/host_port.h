@@ -19,6 +19,11 @@ struct HostPort {
 // 0 to 65535 (the OS would take 65536 as 0 and 99999 as 34463).
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
 
+// A gRPC peer ("ipv4:10.0.0.1:40000", "ipv6:[::1]:40000") without its port:
+// the client's host, which its connections share. Other peers ("unix:...")
+// as they are.
+std::string PeerHost(absl::string_view peer);
+
 }  // namespace transpose
 
 #endif  // TRANSPOSE_SERVER_CORE_HOST_PORT_H_

@@ -43,5 +43,17 @@ TEST(ParseHostPortTest, RefusesWhatTheOsWouldReadDifferently) {
   }
 }
 
+TEST(PeerHostTest, DropsThePortOfIpPeersOnly) {
+  EXPECT_EQ(PeerHost("ipv4:10.0.0.1:40000"), "ipv4:10.0.0.1");
+  EXPECT_EQ(PeerHost("ipv6:[::1]:40000"), "ipv6:[::1]");
+  EXPECT_EQ(PeerHost("ipv6:%5B::1%5D:35862"), "ipv6:%5B::1%5D");
+  EXPECT_EQ(PeerHost("ipv6:[fe80::1%eth0]:1"), "ipv6:[fe80::1%eth0]");
+  EXPECT_EQ(PeerHost("unix:/tmp/socket"), "unix:/tmp/socket");
+  EXPECT_EQ(PeerHost("ipv4:10.0.0.1"), "ipv4:10.0.0.1");
+  EXPECT_EQ(PeerHost("ipv6:[::1]"), "ipv6:[::1]");
+  EXPECT_EQ(PeerHost("ipv6:%5B::1%5D"), "ipv6:%5B::1%5D");
+  EXPECT_EQ(PeerHost(""), "");
+}
+
 }  // namespace
 }  // namespace transpose
