@@ -103,6 +103,10 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     // The grace for its running calls stays unlimited: a large upload on a
     // slow link is not cut off for the connection's age.
   }
+  if (options.max_concurrent_streams > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                               options.max_concurrent_streams);
+  }
   // Pings are the point on a connection whose client stopped sending.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // gRPC sets SO_REUSEPORT by default: a second server on a port in use would

@@ -52,6 +52,10 @@ struct GrpcServerOptions {
   // when a connection ends). Running calls are not cut off. Infinite or not
   // positive: never.
   absl::Duration max_connection_age = absl::InfiniteDuration();
+  // Calls one connection may run at once (HTTP/2's SETTINGS_MAX_CONCURRENT_
+  // STREAMS); a client's further calls wait on its side for one to end. 0: no
+  // limit.
+  int max_concurrent_streams = 0;
 };
 
 class GrpcServer {

@@ -129,6 +129,11 @@ ABSL_FLAG(double, keepalive_seconds, 60,
           "client that vanished without closing its connection is noticed).");
 ABSL_FLAG(double, keepalive_timeout_seconds, 20,
           "How long a keepalive ping may go unanswered.");
+ABSL_FLAG(int, max_concurrent_streams, 100,
+          "Calls one client connection may run at once; the client's further "
+          "calls wait on its side until one ends (HTTP/2's "
+          "MAX_CONCURRENT_STREAMS). Bounds what one connection of calls that "
+          "send nothing can hold. 0: no limit.");
 ABSL_FLAG(double, max_connection_age_seconds, 300,
           "Send a connection a GOAWAY once it is this old (+-10%), so that "
           "clients reconnect and spread over the servers that came up since; "
@@ -264,6 +269,8 @@ absl::Status CheckFlags() {
        INT_MAX},
       {"max_inflight_requests_per_peer",
        absl::GetFlag(FLAGS_max_inflight_requests_per_peer), INT_MAX},
+      {"max_concurrent_streams", absl::GetFlag(FLAGS_max_concurrent_streams),
+       INT_MAX},
       {"testing_cuda_fault_after_jobs",
        absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs), INT_MAX}};
   for (const Count& count : counts) {
@@ -563,6 +570,8 @@ int Run() {
       age > 0) {
     server_options.max_connection_age = absl::Seconds(age);
   }
+  server_options.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_concurrent_streams);
   server_options.health_service_name =
       v1::TransposeService::service_full_name();
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =

@@ -333,6 +333,57 @@ TEST_F(ReliabilityTest, OneClientHostHoldsOnlyItsShareOfTheAdmissionBudget) {
   EXPECT_EQ(Gauge(*server, "transpose_admitted_peers"), 0);
 }
 
+// A connection runs at most --max_concurrent_streams calls; the client's next
+// one waits on its side until one ends, while another connection is served.
+TEST_F(ReliabilityTest, AConnectionRunsAtMostItsStreamLimit) {
+  auto server = Start({"--max_concurrent_streams=2"});
+  ASSERT_NE(server, nullptr);
+  // Channels of their own (not gRPC's shared subchannels): one connection
+  // each.
+  const auto connect = [&server] {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return v1::TransposeService::NewStub(grpc::CreateCustomChannel(
+        server->address(), grpc::InsecureChannelCredentials(), args));
+  };
+  auto stub = connect();
+  constexpr char kInflight[] = "transpose_inflight_requests";
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < 2; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->TransposeStream(contexts.back().get()));
+    ASSERT_TRUE(streams.back()->Write(Header(8, 8)));
+  }
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 2), 2);
+  // The third waits for a stream of the connection: starting it blocks until
+  // it has one.
+  contexts.push_back(std::make_unique<grpc::ClientContext>());
+  std::unique_ptr<Stream> third_stream;
+  std::thread third([&] {
+    third_stream = stub->TransposeStream(contexts.back().get());
+    third_stream->Write(Header(8, 8));
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(Gauge(*server, kInflight), 2);
+  EXPECT_EQ(Gauge(*server, "transpose_admitted_requests"), 2);
+  // Another connection is served meanwhile.
+  {
+    grpc::ClientContext context;
+    v1::TransposeRequest request = Header(8, 8);
+    request.set_data(std::string(8 * 8 * 4, '\1'));
+    v1::TransposeResponse response;
+    EXPECT_TRUE(connect()->Transpose(&context, request, &response).ok());
+  }
+  // The first stream ends: the third starts and is admitted.
+  contexts.front()->TryCancel();
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 2), 2);
+  EXPECT_EQ(AwaitGauge(*server, kInflight, 2), 2);
+  third.join();
+  for (auto& context : contexts) context->TryCancel();
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
+}
+
 TEST_F(ReliabilityTest, AnExpiredDeadlineGivesEverythingBack) {
   auto server = Start({absl::StrCat("--max_inflight_bytes=", 8 * kMiB)});
   ASSERT_NE(server, nullptr);
