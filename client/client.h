@@ -45,7 +45,10 @@ struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",
   // "ipv4:10.0.0.1:50051,10.0.0.2:50051".
   std::string target;
-  // Load-balancing policy across the target's addresses.
+  // Load-balancing policy across the target's addresses. A Client keeps one
+  // connection per server; a server runs at most --max_concurrent_streams
+  // (100 by default) of one connection's calls at once, and further calls wait
+  // in gRPC for one to end, their deadlines running.
   std::string load_balancing_policy = "round_robin";
   // Requests up to this size go in one unary message; larger ones stream.
   // Keep it and chunk_bytes within the server's --max_message_bytes
@@ -61,7 +64,9 @@ struct ClientOptions {
   // Client certificate and key, for servers that require mutual TLS.
   std::string tls_cert_chain_pem;
   std::string tls_private_key_pem;
-  // Sent as "authorization: Bearer <token>" with every call.
+  // Sent as "authorization: Bearer <token>" with every call: readable by
+  // anyone on the path unless `tls` is on (or the network is otherwise
+  // encrypted).
   std::string bearer_token;
   // Deadline for calls that do not set their own: positive, or
   // absl::InfiniteDuration() for none.
