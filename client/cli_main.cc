@@ -37,6 +37,7 @@
 #include "server/core/files.h"
 #include "server/core/log.h"
 #include "server/core/process.h"
+#include "server/core/token_file.h"
 
 #ifndef TRANSPOSE_VERSION
 #define TRANSPOSE_VERSION "dev"
@@ -53,7 +54,8 @@ ABSL_FLAG(std::optional<int>, attempts, std::nullopt,
           "with backoff, within the deadline (default: 4 for transpose; 1 for "
           "bench, so that it counts refusals).");
 ABSL_FLAG(std::string, token_file, "",
-          "File holding the server's bearer token (--auth_token_file there).");
+          "File holding the bearer token to send, alone on its line (a "
+          "server's --auth_token_file may list several; give a client one).");
 ABSL_FLAG(bool, tls, false,
           "Use TLS, trusting the system's roots (implied by --tls_ca).");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -251,8 +253,23 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
     }
     *file.contents = *std::move(contents);
   }
-  options.bearer_token =
-      std::string(absl::StripAsciiWhitespace(options.bearer_token));
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::vector<std::string>> tokens =
+        ParseTokenFile(options.bearer_token);
+    if (!tokens.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--token_file: ", path, " ", tokens.status().message()));
+    }
+    // A server's file may list two while one replaces the other; a client
+    // sends one, and which one is for its owner to say.
+    if (tokens->size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--token_file: ", path, " holds ", tokens->size(),
+          " tokens; a client sends one (a server's --auth_token_file may "
+          "list several)"));
+    }
+    options.bearer_token = tokens->front();
+  }
   if (!options.bearer_token.empty() && !options.tls &&
       options.tls_root_certs_pem.empty()) {
     std::fprintf(stderr,

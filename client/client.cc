@@ -24,6 +24,7 @@
 #include "proto/wire.h"
 #include "server/core/notification.h"
 #include "server/core/status_macros.h"
+#include "server/core/token_file.h"
 
 namespace transpose {
 namespace {
@@ -265,6 +266,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         "backoff from ", absl::FormatDuration(options.initial_backoff), " to ",
         absl::FormatDuration(options.max_backoff),
         "; expected 0 <= initial_backoff <= max_backoff"));
+  }
+  // gRPC would refuse the header on every call instead.
+  if (!options.bearer_token.empty() && !IsSendableToken(options.bearer_token)) {
+    return absl::InvalidArgumentError(
+        "bearer_token holds a character that is not visible ASCII (a space, "
+        "a line break, a control character or a non-ASCII byte)");
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);

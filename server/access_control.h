@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace transpose {
 
 struct AccessPolicy {
   // Empty: no token is needed. Otherwise calls must send "authorization: Bearer
-  // <token>" with one of these (several while a token is being replaced).
+  // <token>" with one of these (several while a token is being replaced; the
+  // file format is ParseTokenFile's).
   std::vector<std::string> tokens;
   // Calls must come over TLS with a client certificate the server verified.
   bool require_client_certificate = false;
@@ -39,12 +39,11 @@ class AccessControl {
   const AccessPolicy policy_;
 };
 
-// The tokens of a token file: one per line, blank lines and the whitespace
-// around each ignored. INVALID_ARGUMENT, naming the line but not quoting it,
-// for a token with a character a client cannot send in a header value after
-// "Bearer " (anything but visible ASCII), and for a file with no token.
-absl::StatusOr<std::vector<std::string>> ParseTokenFile(
-    absl::string_view contents);
+// OK when `authorization` (the header's value) is "Bearer <token>", the scheme
+// in any case, with one of `tokens`; UNAUTHENTICATED otherwise. Every token is
+// compared, in time that does not say which matched or where one differed.
+absl::Status CheckBearer(absl::string_view authorization,
+                         const std::vector<std::string>& tokens);
 
 // Equal contents in time that depends on the lengths only, not on where they
 // differ.

@@ -34,12 +34,15 @@ class AdmittedJob final : public TransposeJob {
   std::unique_ptr<TransposeJob> job_;
 };
 
-// A matrix past the admission budget could never be admitted: it is refused as
-// too large, not as "busy, retry later", and Info says so.
+// A matrix past the admission budget, or past one caller's share of it, could
+// never be admitted: it is refused as too large, not as "busy, retry later",
+// and Info says so.
 EngineOptions WithMatrixLimitWithinBudget(EngineOptions options) {
-  if (options.max_inflight_bytes > 0) {
-    options.max_matrix_bytes =
-        std::min(options.max_matrix_bytes, options.max_inflight_bytes);
+  for (const uint64_t budget :
+       {options.max_inflight_bytes, options.max_inflight_bytes_per_caller}) {
+    if (budget > 0) {
+      options.max_matrix_bytes = std::min(options.max_matrix_bytes, budget);
+    }
   }
   return options;
 }
@@ -59,9 +62,11 @@ Engine::Admission& Engine::Admission::operator=(Admission&& other) noexcept {
 
 void Engine::Admission::Release() {
   if (engine_ == nullptr) return;
+  // In the reverse order of Admit: once the server-wide counts show the room,
+  // the caller's share has it too.
+  if (!caller_.empty()) engine_->ReleaseCallerShare(caller_, bytes_);
   engine_->inflight_bytes_.fetch_sub(bytes_);
   engine_->inflight_requests_.fetch_sub(1);
-  if (!caller_.empty()) engine_->ReleaseCallerShare(caller_, bytes_);
   engine_ = nullptr;
 }
 
@@ -155,7 +160,7 @@ absl::StatusOr<Engine::Admission> Engine::Admit(uint64_t bytes,
           caller, share.bytes, bytes, per_caller_bytes));
     }
     if (!refused.ok()) {
-      if (share.requests == 0) callers_.erase(std::string(caller));
+      if (share.requests == 0) callers_.erase(caller);
       return RetryLater(std::move(refused));
     }
     share.bytes += bytes;

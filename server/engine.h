@@ -21,8 +21,8 @@
 namespace transpose {
 
 struct EngineOptions {
-  // Largest matrix accepted, in bytes; at most max_inflight_bytes, when that is
-  // set.
+  // Largest matrix accepted, in bytes; at most max_inflight_bytes and
+  // max_inflight_bytes_per_caller, where those are set.
   uint64_t max_matrix_bytes = uint64_t{4} << 30;
   // Admission: bytes of matrices in jobs that exist at once (from the header's
   // arrival until the result is sent), and the number of such jobs. Past
@@ -65,7 +65,7 @@ class Engine {
   uint64_t inflight_bytes() const { return inflight_bytes_.load(); }
   int inflight_requests() const { return inflight_requests_.load(); }
   // Callers holding admitted jobs now (tracked only under per-caller limits).
-  int callers() const;
+  int callers() const ABSL_LOCKS_EXCLUDED(callers_mutex_);
 
   // One admitted job's share of the limits, given back when destroyed.
   class Admission {
@@ -90,12 +90,14 @@ class Engine {
     int requests = 0;
   };
 
-  absl::StatusOr<Admission> Admit(uint64_t bytes, absl::string_view caller);
+  absl::StatusOr<Admission> Admit(uint64_t bytes, absl::string_view caller)
+      ABSL_LOCKS_EXCLUDED(callers_mutex_);
   bool has_caller_limits() const {
     return options_.max_inflight_bytes_per_caller > 0 ||
            options_.max_inflight_requests_per_caller > 0;
   }
-  void ReleaseCallerShare(const std::string& caller, uint64_t bytes);
+  void ReleaseCallerShare(const std::string& caller, uint64_t bytes)
+      ABSL_LOCKS_EXCLUDED(callers_mutex_);
 
   const std::vector<std::unique_ptr<Backend>> backends_;
   const EngineOptions options_;

@@ -193,6 +193,20 @@ TEST(EngineTest, EnforcesTheLimitsPerCaller) {
   EXPECT_TRUE(engine.CreateJob(tiny, "b").ok());
 }
 
+// Likewise for a matrix past one caller's share: refused as too large, not
+// told to retry for ever.
+TEST(EngineTest, TheMatrixLimitIsAtMostACallersShare) {
+  EngineOptions options;
+  options.max_inflight_bytes_per_caller = 4 * 4 * 8;
+  Fakes fakes = MakeEngine(1, options);
+  EXPECT_EQ(fakes.engine->options().max_matrix_bytes, 4 * 4 * 8);
+  TransposeSpec bigger = kSpec;
+  bigger.shape.rows = 5;
+  absl::Status status = fakes.engine->CreateJob(bigger, "a").status();
+  EXPECT_THAT(status.message(), HasSubstr("exceeds the server's limit of 128"));
+  EXPECT_FALSE(IsRetryLater(status));
+}
+
 // The real CPU backend behind the engine: results, stats and metrics.
 TEST(EngineTest, CpuBackendTransposesAndRecordsMetrics) {
   prometheus::Registry registry;

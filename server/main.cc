@@ -35,6 +35,7 @@
 #include "server/core/notification.h"
 #include "server/core/process.h"
 #include "server/core/status_macros.h"
+#include "server/core/token_file.h"
 #include "server/cpu_backend.h"
 #include "server/cuda_backend.h"
 #include "server/engine.h"
@@ -66,7 +67,8 @@ ABSL_FLAG(
     "TransposeStream chunk.");
 ABSL_FLAG(uint64_t, max_matrix_bytes, uint64_t{4} << 30,
           "Largest matrix, in bytes, for TransposeStream (at most "
-          "--max_inflight_bytes, when that is set).");
+          "--max_inflight_bytes and --max_inflight_bytes_per_peer, where "
+          "those are set).");
 ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,
           "Data bytes per TransposeStream response message.");
 ABSL_FLAG(

@@ -40,9 +40,7 @@ Certificate NextCertificate(BIO* bio) {
 
 absl::Status CheckPemCertificates(absl::string_view pem) {
   Bio bio = ReadOnlyBio(pem);
-  int count = 0;
-  while (NextCertificate(bio.get()) != nullptr) ++count;
-  if (count == 0) {
+  if (bio == nullptr || NextCertificate(bio.get()) == nullptr) {
     return absl::InvalidArgumentError("holds no PEM certificate");
   }
   return absl::OkStatus();
@@ -51,16 +49,20 @@ absl::Status CheckPemCertificates(absl::string_view pem) {
 absl::Status CheckPemKeyMatchesCertificate(absl::string_view key_pem,
                                            absl::string_view cert_chain_pem) {
   Bio cert_bio = ReadOnlyBio(cert_chain_pem);
+  Bio key_bio = ReadOnlyBio(key_pem);
+  if (cert_bio == nullptr || key_bio == nullptr) {
+    return absl::ResourceExhaustedError("out of memory reading PEM");
+  }
   Certificate cert = NextCertificate(cert_bio.get());
   if (cert == nullptr) {
     return absl::InvalidArgumentError(
         "the certificate chain holds no PEM certificate");
   }
-  Bio key_bio = ReadOnlyBio(key_pem);
-  // A null passphrase callback: an encrypted key fails here instead of
-  // prompting on the terminal.
+  // A passphrase callback that fails: an encrypted key is refused here
+  // (gRPC cannot use one) instead of prompting on the terminal, even one
+  // encrypted with an empty passphrase.
   PrivateKey key(PEM_read_bio_PrivateKey(
-      key_bio.get(), nullptr, [](char*, int, int, void*) { return 0; },
+      key_bio.get(), nullptr, [](char*, int, int, void*) { return -1; },
       nullptr));
   ERR_clear_error();
   if (key == nullptr) {

@@ -9,8 +9,8 @@
 
 namespace transpose {
 
-// OK when `pem` holds at least one PEM certificate and nothing that fails to
-// parse as one; INVALID_ARGUMENT otherwise.
+// OK when `pem` starts with a PEM certificate (what gRPC needs of a
+// certificate chain or CA file); INVALID_ARGUMENT otherwise.
 absl::Status CheckPemCertificates(absl::string_view pem);
 
 // OK when `key_pem` is a PEM private key whose public half is that of the

@@ -13,7 +13,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Two self-signed certificates with their keys, made by the openssl command.
+// Two self-signed certificates with their keys, and the first key encrypted
+// (with a passphrase, and with an empty one), made by the openssl command.
 class TlsFilesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -23,7 +24,9 @@ class TlsFilesTest : public ::testing::Test {
         "set -e; cd ", dir_,
         "; for n in a b; do openssl req -x509 -newkey ec -pkeyopt "
         "ec_paramgen_curve:P-256 -nodes -keyout $n.key -out $n.pem -days 1 "
-        "-subj /CN=$n; done >/dev/null 2>&1");
+        "-subj /CN=$n; done >/dev/null 2>&1; "
+        "openssl pkey -in a.key -aes256 -passout pass:x -out a.encrypted.key; "
+        "openssl pkey -in a.key -aes256 -passout pass: -out a.empty.key");
     ASSERT_EQ(std::system(script.c_str()), 0) << script;
   }
   static void TearDownTestSuite() {
@@ -62,6 +65,14 @@ TEST_F(TlsFilesTest, KeyMustBeTheFirstCertificatesOwn) {
       std::string(
           CheckPemKeyMatchesCertificate(Pem("a.pem"), Pem("a.pem")).message()),
       HasSubstr("no unencrypted PEM private key"));
+  // gRPC cannot use an encrypted key, whatever its passphrase.
+  for (const char* encrypted : {"a.encrypted.key", "a.empty.key"}) {
+    EXPECT_THAT(
+        std::string(CheckPemKeyMatchesCertificate(Pem(encrypted), Pem("a.pem"))
+                        .message()),
+        HasSubstr("no unencrypted PEM private key"))
+        << encrypted;
+  }
   EXPECT_THAT(
       std::string(CheckPemKeyMatchesCertificate(Pem("a.key"), "").message()),
       HasSubstr("holds no PEM certificate"));

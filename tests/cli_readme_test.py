@@ -303,6 +303,16 @@ class CliReadmeTest(unittest.TestCase):
         result = self.cli("--token_file=" + self.path("missing"), "health", check=False)
         self.assertEqual(result.returncode, 3)
         self.assertIn("--token_file: cannot open", result.stderr)
+        # A client sends one token: a server's file with two (one replacing the other) or none is
+        # named, not sent as one broken header or silently dropped.
+        for contents, message in (("old\nnew\n", " holds 2 tokens; a client sends one"),
+                                  ("\n \n", " holds no token"),
+                                  ("two words\n", " line 1 holds a character")):
+            with open(self.path("tokens"), "w") as f:
+                f.write(contents)
+            result = self.cli("--token_file=" + self.path("tokens"), "health", check=False)
+            self.assertEqual(result.returncode, 3, contents)
+            self.assertIn("--token_file: " + self.path("tokens") + message, result.stderr)
 
     def test_a_token_over_plaintext_is_warned_about(self):
         with open(self.path("token"), "w") as f:

@@ -238,11 +238,18 @@ class DeployTest(unittest.TestCase):
             # The HPA owns the replica count: an apply must not reset it.
             self.assertNotIn("replicas", deployment["spec"], name)
             self.check_memory_budget(name, container, uses)
+            # Each flag once: the server would take the last silently, and a reader the first.
+            names = [re.match(r"--(\w+)", arg).group(1) for arg in container["args"]]
+            self.assertEqual(len(names), len(set(names)), f"{name}: {names}")
             # One client pod gets a share of the budget, not all of it.
             for limit in ("max_inflight_bytes", "max_inflight_requests"):
                 total = int(uses.get(limit, self.server_default(limit)))
                 per_peer = int(uses[limit + "_per_peer"])
                 self.assertTrue(0 < per_peer < total, f"{name}: {limit}_per_peer={per_peer}")
+            # A client pod's share takes the largest matrix the pod takes.
+            self.assertGreaterEqual(int(uses["max_inflight_bytes_per_peer"]),
+                                    int(uses.get("max_matrix_bytes",
+                                                 self.server_default("max_matrix_bytes"))))
         services = {s["metadata"]["name"]: s for _, s in self.objects("Service")}
         self.assertEqual(services["transpose-headless"]["spec"]["clusterIP"], "None")
         for _, monitor in self.objects("ServiceMonitor"):
