@@ -99,6 +99,32 @@ v1::TransposeRequest Header(uint64_t rows, uint64_t cols) {
   return header;
 }
 
+// TransposeStream uploads that stop after their headers: each holds its
+// admission until cancelled, at the latest when this goes.
+class HeldUploads {
+ public:
+  explicit HeldUploads(v1::TransposeService::Stub& stub) : stub_(stub) {}
+  ~HeldUploads() { CancelAll(); }
+
+  // One more, of a `rows` x `cols` float32 matrix; false when its header could
+  // not be written.
+  bool Add(uint64_t rows, uint64_t cols) {
+    contexts_.push_back(std::make_unique<grpc::ClientContext>());
+    streams_.push_back(stub_.TransposeStream(contexts_.back().get()));
+    return streams_.back()->Write(Header(rows, cols));
+  }
+  void Cancel(size_t i) { contexts_[i]->TryCancel(); }
+  void CancelAll() {
+    for (auto& context : contexts_) context->TryCancel();
+  }
+
+ private:
+  v1::TransposeService::Stub& stub_;
+  // Streams go before their contexts.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+};
+
 // A float32 matrix of `rows` x `cols` through the client library.
 absl::Status Transpose(Client& client, uint64_t rows, uint64_t cols,
                        const CallOptions& call = {}) {
@@ -258,21 +284,16 @@ TEST_F(ReliabilityTest, AdmissionLimitsRefuseAtOnceAndCancellingGivesBack) {
   // call above gives its slot back just after its client has the result:
   // until it has, the third upload would be refused instead.
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<Stream>> streams;
-  for (int i = 0; i < 3; ++i) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    streams.push_back(stub->TransposeStream(contexts.back().get()));
-    ASSERT_TRUE(streams.back()->Write(Header(8, 8)));
-  }
+  HeldUploads uploads(*stub);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(uploads.Add(8, 8));
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 3), 3);
   absl::Status full = Transpose(*client, 8, 8);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(full.message(), HasSubstr("requests in flight"));
-  contexts.front()->TryCancel();
+  uploads.Cancel(0);
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 2), 2);
   EXPECT_TRUE(Transpose(*client, 8, 8).ok());
-  for (auto& context : contexts) context->TryCancel();
+  uploads.CancelAll();
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
 }
 
@@ -317,18 +338,13 @@ TEST_F(ReliabilityTest, OneClientHostHoldsOnlyItsShareOfTheAdmissionBudget) {
   EXPECT_TRUE(Transpose(*ipv4, 1024, 1024).ok());
 
   // The request share: three held uploads, then the host's fourth is refused.
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<Stream>> streams;
-  for (int i = 0; i < 3; ++i) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    streams.push_back(stub->TransposeStream(contexts.back().get()));
-    ASSERT_TRUE(streams.back()->Write(Header(8, 8)));
-  }
+  HeldUploads uploads(*stub);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(uploads.Add(8, 8));
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 3), 3);
   EXPECT_THAT(Transpose(*ipv4, 8, 8).message(),
               HasSubstr("3 of its requests in flight, the limit per caller"));
   EXPECT_TRUE(Transpose(*ipv6, 8, 8).ok());
-  for (auto& context : contexts) context->TryCancel();
+  uploads.CancelAll();
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
   EXPECT_EQ(Gauge(*server, "transpose_admitted_peers"), 0);
 }
@@ -348,24 +364,19 @@ TEST_F(ReliabilityTest, AConnectionRunsAtMostItsStreamLimit) {
   };
   auto stub = connect();
   constexpr char kInflight[] = "transpose_inflight_requests";
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<Stream>> streams;
-  for (int i = 0; i < 2; ++i) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    streams.push_back(stub->TransposeStream(contexts.back().get()));
-    ASSERT_TRUE(streams.back()->Write(Header(8, 8)));
-  }
+  HeldUploads uploads(*stub);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(uploads.Add(8, 8));
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 2), 2);
   // The third waits for a stream of the connection: starting it blocks until
   // it has one.
-  contexts.push_back(std::make_unique<grpc::ClientContext>());
-  contexts.back()->set_deadline(std::chrono::system_clock::now() +
-                                std::chrono::seconds(60));
+  grpc::ClientContext third_context;
+  third_context.set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::seconds(60));
   std::unique_ptr<Stream> third_stream;
   std::atomic<bool> third_started{false};
   std::atomic<bool> third_wrote{false};
   std::thread third([&] {
-    third_stream = stub->TransposeStream(contexts.back().get());
+    third_stream = stub->TransposeStream(&third_context);
     third_started = true;
     third_wrote = third_stream->Write(Header(8, 8));
   });
@@ -382,12 +393,13 @@ TEST_F(ReliabilityTest, AConnectionRunsAtMostItsStreamLimit) {
   EXPECT_FALSE(third_started);
   EXPECT_EQ(Gauge(*server, "transpose_admitted_requests"), 2);
   // The first stream ends: the third starts and is admitted.
-  contexts.front()->TryCancel();
+  uploads.Cancel(0);
   third.join();
   EXPECT_TRUE(third_started);
   EXPECT_TRUE(third_wrote);
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 2), 2);
-  for (auto& context : contexts) context->TryCancel();
+  third_context.TryCancel();
+  uploads.CancelAll();
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
 }
 
