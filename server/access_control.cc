@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "server/core/status_macros.h"
+#include "server/core/token_file.h"
 
 namespace transpose {
 
@@ -37,11 +38,33 @@ absl::Status CheckBearer(absl::string_view authorization,
 }
 
 AccessControl::AccessControl(AccessPolicy policy)
-    : policy_(std::move(policy)) {}
+    : tokens_on_(!policy.tokens.empty()),
+      require_client_certificate_(policy.require_client_certificate),
+      tokens_(std::make_shared<const std::vector<std::string>>(
+          std::move(policy.tokens))) {}
+
+AccessControl::Tokens AccessControl::tokens() const {
+  absl::MutexLock lock(&mutex_);
+  return tokens_;
+}
+
+absl::StatusOr<int> AccessControl::ReplaceTokens(absl::string_view contents) {
+  if (!tokens_on_) {
+    return absl::FailedPreconditionError("the server takes no tokens");
+  }
+  TRANSPOSE_ASSIGN_OR_RETURN(std::vector<std::string> tokens,
+                             ParseTokenFile(contents));
+  const int count = static_cast<int>(tokens.size());
+  auto replacement =
+      std::make_shared<const std::vector<std::string>>(std::move(tokens));
+  absl::MutexLock lock(&mutex_);
+  tokens_ = std::move(replacement);
+  return count;
+}
 
 absl::Status AccessControl::Check(
     const grpc::ServerContextBase& context) const {
-  if (policy_.require_client_certificate) {
+  if (require_client_certificate_) {
     const std::shared_ptr<const grpc::AuthContext> auth =
         context.auth_context();
     if (auth == nullptr || !auth->IsPeerAuthenticated()) {
@@ -49,16 +72,15 @@ absl::Status AccessControl::Check(
           "a verified client certificate is required");
     }
   }
-  if (!policy_.tokens.empty()) {
+  if (tokens_on_) {
     const auto& metadata = context.client_metadata();
     auto it = metadata.find("authorization");
     if (it == metadata.end()) {
       return absl::UnauthenticatedError(
           "missing 'authorization: Bearer <token>' metadata");
     }
-    TRANSPOSE_RETURN_IF_ERROR(
-        CheckBearer(absl::string_view(it->second.data(), it->second.size()),
-                    policy_.tokens));
+    TRANSPOSE_RETURN_IF_ERROR(CheckBearer(
+        absl::string_view(it->second.data(), it->second.size()), *tokens()));
   }
   return absl::OkStatus();
 }

@@ -6,11 +6,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace transpose {
 
@@ -30,13 +34,24 @@ class AccessControl {
   // OK, or UNAUTHENTICATED saying what is missing (never what the token is).
   absl::Status Check(const grpc::ServerContextBase& context) const;
 
-  // Whether any check is on.
-  bool enabled() const {
-    return !policy_.tokens.empty() || policy_.require_client_certificate;
-  }
+  // Whether any check is on. Fixed at construction: tokens can be replaced,
+  // not turned on or off.
+  bool enabled() const { return tokens_on_ || require_client_certificate_; }
+
+  // Replaces the tokens with those of a token file's new `contents`, for the
+  // calls checked from now on. INVALID_ARGUMENT, keeping the tokens, for
+  // contents ParseTokenFile refuses; FAILED_PRECONDITION when no token was
+  // required to begin with. The number of tokens now, on success.
+  absl::StatusOr<int> ReplaceTokens(absl::string_view contents);
 
  private:
-  const AccessPolicy policy_;
+  using Tokens = std::shared_ptr<const std::vector<std::string>>;
+  Tokens tokens() const ABSL_LOCKS_EXCLUDED(mutex_);
+
+  const bool tokens_on_;
+  const bool require_client_certificate_;
+  mutable absl::Mutex mutex_;
+  Tokens tokens_ ABSL_GUARDED_BY(mutex_);
 };
 
 // OK when `authorization` (the header's value) is "Bearer <token>", the scheme

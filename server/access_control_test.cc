@@ -37,5 +37,19 @@ TEST(AccessControlTest, BearerSchemeInAnyCaseWithAnyOfTheTokens) {
   }
 }
 
+TEST(AccessControlTest, ReplacesTokensOnlyWithUsableOnes) {
+  AccessControl access(AccessPolicy{{"old-token"}, false});
+  EXPECT_EQ(access.ReplaceTokens("old-token\nnew-token\n").value(), 2);
+  EXPECT_EQ(access.ReplaceTokens("new-token").value(), 1);
+  EXPECT_EQ(access.ReplaceTokens("").status(),
+            absl::InvalidArgumentError("holds no token"));
+  EXPECT_TRUE(access.enabled());
+  // A server started without tokens takes none later.
+  AccessControl open(AccessPolicy{});
+  EXPECT_EQ(open.ReplaceTokens("token").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(open.enabled());
+}
+
 }  // namespace
 }  // namespace transpose

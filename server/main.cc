@@ -123,8 +123,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding bearer tokens, one per line (two while one replaces "
           "the other): calls must send 'authorization: Bearer <token>' with "
-          "one of them (health checks stay open). Turns server reflection "
-          "off.");
+          "one of them (health checks stay open). Read again each second, so "
+          "tokens can be added and removed while the server runs. Turns "
+          "server reflection off.");
 ABSL_FLAG(double, keepalive_seconds, 60,
           "Ping a connection idle this long; close it, cancelling its calls, "
           "when no answer comes within --keepalive_timeout_seconds (how a "
@@ -361,7 +362,8 @@ absl::Status NameFlagFile(absl::string_view flag, const std::string& path,
 
 // Reads the TLS and token files the flags name into the server's options, and
 // checks that they can work.
-absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server) {
+absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server,
+                          std::string& token_file_contents) {
   const std::string cert = absl::GetFlag(FLAGS_tls_cert);
   const std::string key = absl::GetFlag(FLAGS_tls_key);
   const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
@@ -393,9 +395,48 @@ absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server) {
     TRANSPOSE_RETURN_IF_ERROR(
         NameFlagFile("auth_token_file", token_file, tokens.status()));
     access.tokens = *std::move(tokens);
+    token_file_contents = std::move(contents);
   }
   return absl::OkStatus();
 }
+
+// The --auth_token_file read again, so that a token added or removed (a
+// Kubernetes Secret's update, say) takes effect without a restart. A file that
+// cannot be read or holds no usable token is reported once, and the tokens in
+// use stay.
+class TokenFileReloader {
+ public:
+  TokenFileReloader(std::string path, std::string contents,
+                    AccessControl& access)
+      : path_(std::move(path)), seen_(std::move(contents)), access_(access) {}
+
+  // Reads the file; acts when it differs from what was seen last.
+  void Poll() {
+    if (path_.empty()) return;
+    absl::StatusOr<std::string> contents = ReadFile(path_);
+    std::string seen = contents.ok() ? *contents : contents.status().ToString();
+    if (seen == seen_) return;
+    seen_ = std::move(seen);
+    absl::StatusOr<int> count = contents.ok()
+                                    ? access_.ReplaceTokens(*contents)
+                                    : absl::StatusOr<int>(contents.status());
+    if (count.ok()) {
+      Log(LogLevel::kInfo, "--auth_token_file=%s changed: %d token%s now",
+          path_, *count, *count == 1 ? "" : "s");
+    } else {
+      Log(LogLevel::kError,
+          "--auth_token_file=%s changed and cannot be used (%s); the tokens "
+          "read before stay",
+          path_, count.status().message());
+    }
+  }
+
+ private:
+  const std::string path_;
+  // What the file held when last read, or why it could not be read.
+  std::string seen_;
+  AccessControl& access_;
+};
 
 // Ends the process after a drain without running destructors: nothing is
 // left that the OS does not clean up, and destroying the gRPC server can block
@@ -482,12 +523,16 @@ int Run() {
   access_policy.require_client_certificate =
       !absl::GetFlag(FLAGS_tls_client_ca).empty();
   GrpcServerOptions server_options;
-  if (absl::Status status = LoadSecurity(access_policy, server_options);
+  std::string token_file_contents;
+  if (absl::Status status =
+          LoadSecurity(access_policy, server_options, token_file_contents);
       !status.ok()) {
     Log(LogLevel::kError, "%s", status.ToString());
     return 1;
   }
   AccessControl access(access_policy);
+  TokenFileReloader token_file(absl::GetFlag(FLAGS_auth_token_file),
+                               std::move(token_file_contents), access);
   TransposeService service(engine, metrics, access, service_options);
 
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -596,8 +641,9 @@ int Run() {
       (*server)->host(), (*server)->port(), absl::StrJoin(names, ", "));
 
   // Each second until the process ends: health follows the engine
-  // (NOT_SERVING once no device is healthy) until the drain takes it over, and
-  // the failed calls' held-back lines are counted in the log.
+  // (NOT_SERVING once no device is healthy) until the drain takes it over, the
+  // failed calls' held-back lines are counted in the log, and the token file
+  // is read again.
   std::mutex health_mutex;
   bool draining = false;  // Guarded by health_mutex.
   Notification stopped;
@@ -605,6 +651,7 @@ int Run() {
     bool serving = true;
     while (!stopped.WaitForNotificationWithTimeout(absl::Seconds(1))) {
       service.LogHeldBackFailures();
+      token_file.Poll();
       std::lock_guard<std::mutex> lock(health_mutex);
       if (!draining && engine.healthy() != serving) {
         serving = !serving;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -202,6 +203,64 @@ TEST_F(SecurityTest, EitherTokenOfATokenFileServesWhileOneReplacesTheOther) {
     options.bearer_token = token;
     EXPECT_EQ(Calls(*Connect(*server, options))[0], kOk) << token;
   }
+}
+
+// The token file is read again while the server runs: a token added is taken
+// and a token removed is refused, without a restart; a file that cannot be used
+// is reported and the tokens in use stay.
+TEST_F(SecurityTest, TokensAddedOrRemovedTakeEffectWithoutARestart) {
+  const std::string file = Path("live_tokens");
+  const auto write = [&file](absl::string_view contents) {
+    // Whole (written aside and renamed over it), as a Kubernetes Secret's
+    // update swaps its files.
+    ASSERT_TRUE(WriteFile(file, {contents}).ok());
+  };
+  write("old-token\n");
+  const std::string log = Path("live_tokens.log");
+  absl::StatusOr<std::unique_ptr<ServerProcess>> started =
+      ServerProcess::StartFromEnvironment(
+          {absl::StrCat("--auth_token_file=", file), "--log_level=info"},
+          absl::Seconds(60), log);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServerProcess& server = **started;
+  const auto code = [&server](const char* token) {
+    ClientOptions options;
+    options.bearer_token = token;
+    return Calls(*Connect(server, options))[0];
+  };
+  // Within a few polls of a second each.
+  const auto await_code = [&code](const char* token, absl::StatusCode want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    absl::StatusCode got = code(token);
+    while (got != want && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(100));
+      got = code(token);
+    }
+    return got;
+  };
+  EXPECT_EQ(code("old-token"), kOk);
+  EXPECT_EQ(code("new-token"), kUnauthenticated);
+  write("old-token\nnew-token\n");
+  EXPECT_EQ(await_code("new-token", kOk), kOk);
+  EXPECT_EQ(code("old-token"), kOk);
+  write("new-token\n");
+  EXPECT_EQ(await_code("old-token", kUnauthenticated), kUnauthenticated);
+  EXPECT_EQ(code("new-token"), kOk);
+  // Broken: reported, and new-token still serves.
+  write("two words\n");
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::string text;
+  while (!absl::StrContains(text, "cannot be used") && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    text = ReadFile(log).value_or("");
+  }
+  EXPECT_THAT(text, ::testing::HasSubstr(absl::StrCat(
+                        "--auth_token_file=", file,
+                        " changed and cannot be used (line 1 holds")));
+  EXPECT_THAT(text, ::testing::HasSubstr("the tokens read before stay"));
+  EXPECT_THAT(text, ::testing::HasSubstr(" changed: 2 tokens now"));
+  EXPECT_EQ(code("new-token"), kOk);
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("new-token")));
 }
 
 TEST_F(SecurityTest, TokenOverTls) {
