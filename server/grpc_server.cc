@@ -5,6 +5,8 @@
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_credentials_options.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -38,9 +40,13 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
 
 }  // namespace
 
-GrpcServer::GrpcServer(std::unique_ptr<grpc::Server> server, std::string host,
-                       int port, std::string service_name)
-    : server_(std::move(server)),
+GrpcServer::GrpcServer(
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface>
+        certificates,
+    std::unique_ptr<grpc::Server> server, std::string host, int port,
+    std::string service_name)
+    : certificates_(std::move(certificates)),
+      server_(std::move(server)),
       host_(std::move(host)),
       port_(port),
       service_name_(std::move(service_name)) {}
@@ -54,17 +60,29 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
 
   std::shared_ptr<grpc::ServerCredentials> credentials =
       grpc::InsecureServerCredentials();
-  if (!options.tls_cert_chain_pem.empty() ||
-      !options.tls_private_key_pem.empty()) {
-    grpc::SslServerCredentialsOptions ssl(
-        options.tls_client_ca_pem.empty()
-            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
-    ssl.pem_root_certs = options.tls_client_ca_pem;
-    ssl.pem_key_cert_pairs.push_back(
-        {options.tls_private_key_pem, options.tls_cert_chain_pem});
-    credentials = grpc::SslServerCredentials(ssl);
-  } else if (!options.tls_client_ca_pem.empty()) {
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface>
+      certificates;
+  if (!options.tls_cert_chain_file.empty() ||
+      !options.tls_private_key_file.empty()) {
+    if (options.tls_cert_chain_file.empty() ||
+        options.tls_private_key_file.empty()) {
+      return absl::InvalidArgumentError(
+          "a TLS certificate and its key come together");
+    }
+    certificates =
+        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+            options.tls_private_key_file, options.tls_cert_chain_file,
+            options.tls_client_ca_file,
+            static_cast<unsigned>(std::max<int64_t>(
+                1, absl::ToInt64Seconds(options.tls_reload_interval))));
+    grpc::experimental::TlsServerCredentialsOptions tls(certificates);
+    tls.watch_identity_key_cert_pairs();
+    if (!options.tls_client_ca_file.empty()) {
+      tls.watch_root_certs();
+      tls.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    }
+    credentials = grpc::experimental::TlsServerCredentials(tls);
+  } else if (!options.tls_client_ca_file.empty()) {
     return absl::InvalidArgumentError(
         "a client CA needs a TLS certificate and key");
   }
@@ -118,8 +136,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
         "cannot listen on ", options.address,
         ": the port is in use, or the host is not this machine's"));
   }
-  std::unique_ptr<GrpcServer> result(new GrpcServer(
-      std::move(server), address->host, port, options.health_service_name));
+  std::unique_ptr<GrpcServer> result(
+      new GrpcServer(std::move(certificates), std::move(server), address->host,
+                     port, options.health_service_name));
   result->SetServing(true);
   return result;
 }

@@ -4,6 +4,7 @@
 #define TRANSPOSE_SERVER_GRPC_SERVER_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/tls_certificate_provider.h>
 
 #include <cstdint>
 #include <memory>
@@ -29,13 +30,19 @@ struct GrpcServerOptions {
   uint64_t max_transport_bytes = 0;
   // The service whose health status SetServing sets, besides the server's ("").
   std::string health_service_name;
-  // TLS: PEM certificate chain and private key; empty serves plaintext.
-  std::string tls_cert_chain_pem;
-  std::string tls_private_key_pem;
-  // Mutual TLS: PEM roots that client certificates must chain to. Clients
-  // without a certificate can still connect (so health probes work); the
-  // service's AccessControl turns them away.
-  std::string tls_client_ca_pem;
+  // TLS: the files of a PEM certificate chain and its private key; none
+  // serves plaintext. gRPC reads them (and tls_client_ca_file) again every
+  // tls_reload_interval, and new connections get what they hold then:
+  // replace them together and whole (a Kubernetes Secret's update swaps its
+  // files so). A pair that cannot be used fails new handshakes until it is
+  // fixed; connections made before keep theirs.
+  std::string tls_cert_chain_file;
+  std::string tls_private_key_file;
+  // Mutual TLS: the file of PEM roots that client certificates must chain to.
+  // Clients without a certificate can still connect (so health probes work);
+  // the service's AccessControl turns them away.
+  std::string tls_client_ca_file;
+  absl::Duration tls_reload_interval = absl::Seconds(10);
   // Server reflection. It answers without access checks, so a server that
   // checks callers turns it off.
   bool reflection = true;
@@ -77,9 +84,14 @@ class GrpcServer {
   void Shutdown(absl::Time deadline);
 
  private:
-  GrpcServer(std::unique_ptr<grpc::Server> server, std::string host, int port,
+  GrpcServer(std::shared_ptr<grpc::experimental::CertificateProviderInterface>
+                 certificates,
+             std::unique_ptr<grpc::Server> server, std::string host, int port,
              std::string service_name);
 
+  // Declared first, so it outlives the server that uses it.
+  const std::shared_ptr<grpc::experimental::CertificateProviderInterface>
+      certificates_;
   std::unique_ptr<grpc::Server> server_;
   const std::string host_;
   const int port_;

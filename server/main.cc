@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -120,6 +121,11 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require client certificates that chain to it (mutual "
           "TLS). Health checks stay open to callers without one.");
+ABSL_FLAG(int, tls_reload_seconds, 10,
+          "Read the --tls_cert, --tls_key and --tls_client_ca files again this "
+          "often (at least 1): new connections get what they hold then, so a "
+          "certificate can be replaced while the server runs. Replace them "
+          "together and whole, as a Kubernetes Secret's update does.");
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding bearer tokens, one per line (two while one replaces "
           "the other): calls must send 'authorization: Bearer <token>' with "
@@ -239,6 +245,11 @@ absl::Status CheckFlags() {
         absl::StrCat("--tls_client_ca=", absl::GetFlag(FLAGS_tls_client_ca),
                      ": expected --tls_cert and --tls_key with it"));
   }
+  if (absl::GetFlag(FLAGS_tls_reload_seconds) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_reload_seconds=", absl::GetFlag(FLAGS_tls_reload_seconds),
+        ": expected at least 1"));
+  }
   if (absl::GetFlag(FLAGS_max_matrix_bytes) == 0) {
     return absl::InvalidArgumentError("--max_matrix_bytes=0: expected > 0");
   }
@@ -339,10 +350,9 @@ absl::Status CheckFlags() {
   return absl::OkStatus();
 }
 
-// The file a flag names; errors name the flag.
-absl::StatusOr<std::string> ReadFlagFile(absl::string_view flag,
-                                         const std::string& path) {
-  absl::StatusOr<std::string> contents = ReadFile(path);
+// A flag's file as WatchedFiles read it; the error names the flag.
+absl::StatusOr<std::string> FlagFileContents(
+    absl::string_view flag, const absl::StatusOr<std::string>& contents) {
   if (!contents.ok()) {
     return absl::Status(
         contents.status().code(),
@@ -360,45 +370,104 @@ absl::Status NameFlagFile(absl::string_view flag, const std::string& path,
                                                   status.message()));
 }
 
-// Reads the TLS and token files the flags name into the server's options, and
-// checks that they can work.
-absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server,
-                          std::string& token_file_contents) {
-  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
-  const std::string key = absl::GetFlag(FLAGS_tls_key);
-  const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
-  // CheckFlags has seen that they come in working combinations.
-  if (!cert.empty()) {
-    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_cert_chain_pem,
-                               ReadFlagFile("tls_cert", cert));
-    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_private_key_pem,
-                               ReadFlagFile("tls_key", key));
-    TRANSPOSE_RETURN_IF_ERROR(NameFlagFile(
-        "tls_cert", cert, CheckPemCertificates(server.tls_cert_chain_pem)));
-    TRANSPOSE_RETURN_IF_ERROR(
-        NameFlagFile("tls_key", key,
-                     CheckPemKeyMatchesCertificate(server.tls_private_key_pem,
-                                                   server.tls_cert_chain_pem)));
+// The files the TLS flags name, in this order: certificate chain, key, and the
+// client CA where there is one; none for plaintext.
+std::vector<std::string> TlsFlagFiles() {
+  if (absl::GetFlag(FLAGS_tls_cert).empty()) return {};
+  std::vector<std::string> paths = {absl::GetFlag(FLAGS_tls_cert),
+                                    absl::GetFlag(FLAGS_tls_key)};
+  if (!absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+    paths.push_back(absl::GetFlag(FLAGS_tls_client_ca));
   }
-  if (!client_ca.empty()) {
-    TRANSPOSE_ASSIGN_OR_RETURN(server.tls_client_ca_pem,
-                               ReadFlagFile("tls_client_ca", client_ca));
-    TRANSPOSE_RETURN_IF_ERROR(
-        NameFlagFile("tls_client_ca", client_ca,
-                     CheckPemCertificates(server.tls_client_ca_pem)));
-  }
-  const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
-  if (!token_file.empty()) {
-    TRANSPOSE_ASSIGN_OR_RETURN(std::string contents,
-                               ReadFlagFile("auth_token_file", token_file));
-    absl::StatusOr<std::vector<std::string>> tokens = ParseTokenFile(contents);
-    TRANSPOSE_RETURN_IF_ERROR(
-        NameFlagFile("auth_token_file", token_file, tokens.status()));
-    access.tokens = *std::move(tokens);
-    token_file_contents = std::move(contents);
-  }
-  return absl::OkStatus();
+  return paths;
 }
+
+// Checks that what the TLS files hold (`files` of TlsFlagFiles()) can work:
+// the certificate the server presents, or what is wrong, naming the flag and
+// the file.
+absl::StatusOr<CertificateFacts> CheckTlsFiles(const WatchedFiles& files) {
+  constexpr absl::string_view kFlags[] = {"tls_cert", "tls_key",
+                                          "tls_client_ca"};
+  std::vector<std::string> pems;
+  for (size_t i = 0; i < files.paths().size(); ++i) {
+    TRANSPOSE_ASSIGN_OR_RETURN(
+        pems.emplace_back(), FlagFileContents(kFlags[i], files.contents()[i]));
+  }
+  absl::StatusOr<CertificateFacts> facts = ReadFirstCertificate(pems[0]);
+  TRANSPOSE_RETURN_IF_ERROR(
+      NameFlagFile(kFlags[0], files.paths()[0], facts.status()));
+  TRANSPOSE_RETURN_IF_ERROR(
+      NameFlagFile(kFlags[1], files.paths()[1],
+                   CheckPemKeyMatchesCertificate(pems[1], pems[0])));
+  if (pems.size() > 2) {
+    TRANSPOSE_RETURN_IF_ERROR(NameFlagFile(kFlags[2], files.paths()[2],
+                                           CheckPemCertificates(pems[2])));
+  }
+  return facts;
+}
+
+// The tokens in what `file` holds of --auth_token_file; errors name the flag
+// and the file.
+absl::StatusOr<std::vector<std::string>> ReadTokenFlagFile(
+    const WatchedFiles& file) {
+  TRANSPOSE_ASSIGN_OR_RETURN(
+      std::string contents,
+      FlagFileContents("auth_token_file", file.contents()[0]));
+  absl::StatusOr<std::vector<std::string>> tokens = ParseTokenFile(contents);
+  TRANSPOSE_RETURN_IF_ERROR(
+      NameFlagFile("auth_token_file", file.paths()[0], tokens.status()));
+  return tokens;
+}
+
+// "O=Example,CN=server, valid until 2026-12-03 10:00:00 UTC", or "...,
+// EXPIRED at ...".
+std::string DescribeCertificate(const CertificateFacts& facts) {
+  return absl::StrCat(
+      facts.subject,
+      facts.not_after < absl::Now() ? ", EXPIRED at " : ", valid until ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", facts.not_after,
+                       absl::UTCTimeZone()));
+}
+
+// The TLS files read again each second, for the log and the expiry gauge; gRPC
+// reads them itself (GrpcServerOptions::tls_reload_interval) and serves what
+// they hold, usable or not.
+class TlsFilesReloader {
+ public:
+  // `files` as the server started with them, and the certificate they hold.
+  TlsFilesReloader(WatchedFiles files, const CertificateFacts& facts)
+      : files_(std::move(files)),
+        expiry_seconds_(
+            absl::ToDoubleSeconds(facts.not_after - absl::UnixEpoch())) {}
+
+  void Poll() {
+    if (!files_.Poll()) return;
+    absl::StatusOr<CertificateFacts> facts = CheckTlsFiles(files_);
+    const int reload = absl::GetFlag(FLAGS_tls_reload_seconds);
+    if (facts.ok()) {
+      Log(LogLevel::kInfo,
+          "TLS files changed: connections made from %ds on get %s", reload,
+          DescribeCertificate(*facts));
+      expiry_seconds_ =
+          absl::ToDoubleSeconds(facts->not_after - absl::UnixEpoch());
+    } else {
+      Log(LogLevel::kError,
+          "TLS files changed and cannot be used (%s): from %ds on, new "
+          "connections fail their handshake until the files are fixed; "
+          "connections made before keep working",
+          facts.status().message(), reload);
+      expiry_seconds_ = 0;
+    }
+  }
+
+  // When the certificate in the files expires, in Unix seconds; 0 while they
+  // cannot be used.
+  double expiry_seconds() const { return expiry_seconds_; }
+
+ private:
+  WatchedFiles files_;
+  std::atomic<double> expiry_seconds_;
+};
 
 // The --auth_token_file read again, so that a token added or removed (a
 // Kubernetes Secret's update, say) takes effect without a restart. A file that
@@ -406,35 +475,29 @@ absl::Status LoadSecurity(AccessPolicy& access, GrpcServerOptions& server,
 // use stay.
 class TokenFileReloader {
  public:
-  TokenFileReloader(std::string path, std::string contents,
-                    AccessControl& access)
-      : path_(std::move(path)), seen_(std::move(contents)), access_(access) {}
+  // `file`: the token file as the server started with it, or none.
+  TokenFileReloader(WatchedFiles file, AccessControl& access)
+      : file_(std::move(file)), access_(access) {}
 
-  // Reads the file; acts when it differs from what was seen last.
   void Poll() {
-    if (path_.empty()) return;
-    absl::StatusOr<std::string> contents = ReadFile(path_);
-    std::string seen = contents.ok() ? *contents : contents.status().ToString();
-    if (seen == seen_) return;
-    seen_ = std::move(seen);
+    if (!file_.Poll()) return;
+    const absl::StatusOr<std::string>& contents = file_.contents()[0];
     absl::StatusOr<int> count = contents.ok()
                                     ? access_.ReplaceTokens(*contents)
                                     : absl::StatusOr<int>(contents.status());
     if (count.ok()) {
       Log(LogLevel::kInfo, "--auth_token_file=%s changed: %d token%s now",
-          path_, *count, *count == 1 ? "" : "s");
+          file_.paths()[0], *count, *count == 1 ? "" : "s");
     } else {
       Log(LogLevel::kError,
           "--auth_token_file=%s changed and cannot be used (%s); the tokens "
           "read before stay",
-          path_, count.status().message());
+          file_.paths()[0], count.status().message());
     }
   }
 
  private:
-  const std::string path_;
-  // What the file held when last read, or why it could not be read.
-  std::string seen_;
+  WatchedFiles file_;
   AccessControl& access_;
 };
 
@@ -523,16 +586,40 @@ int Run() {
   access_policy.require_client_certificate =
       !absl::GetFlag(FLAGS_tls_client_ca).empty();
   GrpcServerOptions server_options;
-  std::string token_file_contents;
-  if (absl::Status status =
-          LoadSecurity(access_policy, server_options, token_file_contents);
-      !status.ok()) {
-    Log(LogLevel::kError, "%s", status.ToString());
-    return 1;
+  WatchedFiles tls_files(TlsFlagFiles());
+  std::unique_ptr<TlsFilesReloader> tls_reloader;
+  if (!tls_files.paths().empty()) {
+    absl::StatusOr<CertificateFacts> certificate = CheckTlsFiles(tls_files);
+    if (!certificate.ok()) {
+      Log(LogLevel::kError, "%s", certificate.status().ToString());
+      return 1;
+    }
+    Log(certificate->not_after < absl::Now() ? LogLevel::kWarning
+                                             : LogLevel::kInfo,
+        "TLS: serving %s", DescribeCertificate(*certificate));
+    server_options.tls_cert_chain_file = tls_files.paths()[0];
+    server_options.tls_private_key_file = tls_files.paths()[1];
+    server_options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+    server_options.tls_reload_interval =
+        absl::Seconds(absl::GetFlag(FLAGS_tls_reload_seconds));
+    tls_reloader =
+        std::make_unique<TlsFilesReloader>(std::move(tls_files), *certificate);
+  }
+  const std::string token_path = absl::GetFlag(FLAGS_auth_token_file);
+  WatchedFiles token_file(token_path.empty()
+                              ? std::vector<std::string>{}
+                              : std::vector<std::string>{token_path});
+  if (!token_path.empty()) {
+    absl::StatusOr<std::vector<std::string>> tokens =
+        ReadTokenFlagFile(token_file);
+    if (!tokens.ok()) {
+      Log(LogLevel::kError, "%s", tokens.status().ToString());
+      return 1;
+    }
+    access_policy.tokens = *std::move(tokens);
   }
   AccessControl access(access_policy);
-  TokenFileReloader token_file(absl::GetFlag(FLAGS_auth_token_file),
-                               std::move(token_file_contents), access);
+  TokenFileReloader token_reloader(std::move(token_file), access);
   TransposeService service(engine, metrics, access, service_options);
 
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -588,6 +675,15 @@ int Run() {
       "--max_inflight_bytes_per_peer or --max_inflight_requests_per_peer).",
       [&engine] { return engine.callers(); });
   expose(admission);
+  // The exposer holds collectables weakly: this one lives as long as Run.
+  auto tls = std::make_shared<CallbackGauges>();
+  if (tls_reloader != nullptr) {
+    tls->Add("transpose_tls_certificate_expiry_timestamp_seconds",
+             "When the certificate in the --tls_cert file expires, in Unix "
+             "seconds; 0 while the TLS files cannot be used.",
+             [&tls_reloader] { return tls_reloader->expiry_seconds(); });
+    expose(tls);
+  }
   // GPU utilisation and memory from the driver, where it has NVML.
   std::vector<NvmlCollector::Device> gpus;
   for (const auto& backend : engine.backends()) {
@@ -651,7 +747,8 @@ int Run() {
     bool serving = true;
     while (!stopped.WaitForNotificationWithTimeout(absl::Seconds(1))) {
       service.LogHeldBackFailures();
-      token_file.Poll();
+      token_reloader.Poll();
+      if (tls_reloader != nullptr) tls_reloader->Poll();
       std::lock_guard<std::mutex> lock(health_mutex);
       if (!draining && engine.healthy() != serving) {
         serving = !serving;

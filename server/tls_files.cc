@@ -6,7 +6,9 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <ctime>
 #include <memory>
+#include <string>
 
 namespace transpose {
 namespace {
@@ -75,6 +77,34 @@ absl::Status CheckPemKeyMatchesCertificate(absl::string_view key_pem,
         "is not the key of the certificate chain's first certificate");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<CertificateFacts> ReadFirstCertificate(
+    absl::string_view cert_chain_pem) {
+  Bio bio = ReadOnlyBio(cert_chain_pem);
+  Certificate cert = bio == nullptr ? nullptr : NextCertificate(bio.get());
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError("holds no PEM certificate");
+  }
+  std::tm expiry{};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert.get()), &expiry) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        "holds a certificate whose expiry cannot be read");
+  }
+  CertificateFacts facts;
+  facts.not_after = absl::FromTimeT(timegm(&expiry));
+  Bio subject(BIO_new(BIO_s_mem()));
+  if (subject == nullptr ||
+      X509_NAME_print_ex(subject.get(), X509_get_subject_name(cert.get()), 0,
+                         XN_FLAG_RFC2253) < 0) {
+    ERR_clear_error();
+    return absl::ResourceExhaustedError("out of memory reading PEM");
+  }
+  char* text = nullptr;
+  const long length = BIO_get_mem_data(subject.get(), &text);
+  facts.subject.assign(text, static_cast<size_t>(length));
+  return facts;
 }
 
 }  // namespace transpose

@@ -4,8 +4,12 @@
 #ifndef TRANSPOSE_SERVER_TLS_FILES_H_
 #define TRANSPOSE_SERVER_TLS_FILES_H_
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace transpose {
 
@@ -18,6 +22,17 @@ absl::Status CheckPemCertificates(absl::string_view pem);
 // fails otherwise. The message never quotes the key.
 absl::Status CheckPemKeyMatchesCertificate(absl::string_view key_pem,
                                            absl::string_view cert_chain_pem);
+
+// What a log line and an expiry alert need of a certificate.
+struct CertificateFacts {
+  std::string subject;  // RFC 2253: "CN=server,O=Example".
+  absl::Time not_after;
+};
+
+// The first certificate in `cert_chain_pem` (the one a server presents);
+// INVALID_ARGUMENT when there is none.
+absl::StatusOr<CertificateFacts> ReadFirstCertificate(
+    absl::string_view cert_chain_pem);
 
 }  // namespace transpose
 

@@ -4,10 +4,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -37,7 +39,8 @@ class SecurityTest : public ::testing::Test {
     char dir_template[] = "/tmp/transpose-security-XXXXXX";
     dir_ = mkdtemp(dir_template);
     // A CA that signs the server's and one client's certificate, and a rogue CA
-    // with a client of its own. EC keys: quick to make.
+    // with a client of its own and a second server certificate (valid for 3
+    // days, the others for 2). EC keys: quick to make.
     const std::string script = absl::StrCat(
         "set -e; cd ", dir_, "\n",
         "key() { openssl genpkey -algorithm EC -pkeyopt "
@@ -48,10 +51,10 @@ class SecurityTest : public ::testing::Test {
         "/CN=$1;\n"
         "  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > $1.ext;\n"
         "  openssl x509 -req -in $1.csr -CA $2.pem -CAkey $2.key "
-        "-CAcreateserial -days 2 "
+        "-CAcreateserial -days ${3:-2} "
         "-extfile $1.ext -out $1.pem; }\n",
         "ca ca; ca rogue_ca; leaf server ca; leaf client ca; leaf rogue "
-        "rogue_ca\n",
+        "rogue_ca; leaf server2 rogue_ca 3\n",
         "printf 's3cret-token\\n' > token\n",
         "printf 'old-token\\nnew-token\\n' > two_tokens\n",
         "printf 'two words\\n' > bad_token\n");
@@ -261,6 +264,112 @@ TEST_F(SecurityTest, TokensAddedOrRemovedTakeEffectWithoutARestart) {
   EXPECT_THAT(text, ::testing::HasSubstr(" changed: 2 tokens now"));
   EXPECT_EQ(code("new-token"), kOk);
   EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("new-token")));
+}
+
+// The TLS files are read again while the server runs, as a Kubernetes Secret
+// volume updates them (a symbolic link to a directory swapped for another):
+// new connections get the new certificate, connections made before keep
+// theirs, a key that is not the certificate's is reported and fails new
+// handshakes until it is fixed, and the expiry gauge follows.
+TEST_F(SecurityTest, AReplacedCertificateServesNewConnectionsWithoutARestart) {
+  // Directories of tls.crt and tls.key: the first server certificate, the
+  // second one (another CA's), and the second one with a key not its own.
+  const std::vector<std::pair<std::string, std::string>> generations = {
+      {"server", "server"}, {"server2", "server2"}, {"server2", "client"}};
+  for (size_t i = 0; i < generations.size(); ++i) {
+    const std::string dir = Path(absl::StrCat("generation", i));
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0) << dir;
+    ASSERT_TRUE(WriteFile(absl::StrCat(dir, "/tls.crt"),
+                          {Pem(generations[i].first + ".pem")})
+                    .ok());
+    ASSERT_TRUE(WriteFile(absl::StrCat(dir, "/tls.key"),
+                          {Pem(generations[i].second + ".key")})
+                    .ok());
+  }
+  const std::string live = Path("live");
+  const auto install = [&live](size_t generation) {
+    const std::string next = live + ".next";
+    std::remove(next.c_str());
+    ASSERT_EQ(
+        symlink(absl::StrCat("generation", generation).c_str(), next.c_str()),
+        0);
+    ASSERT_EQ(std::rename(next.c_str(), live.c_str()), 0);
+  };
+  install(0);
+  const std::string log = Path("live_tls.log");
+  absl::StatusOr<std::unique_ptr<ServerProcess>> started =
+      ServerProcess::StartFromEnvironment(
+          {absl::StrCat("--tls_cert=", live, "/tls.crt"),
+           absl::StrCat("--tls_key=", live, "/tls.key"),
+           "--tls_reload_seconds=1", "--log_level=info"},
+          absl::Seconds(60), log);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServerProcess& server = **started;
+  ClientOptions trusts_ca;
+  trusts_ca.tls_root_certs_pem = Pem("ca.pem");
+  ClientOptions trusts_rogue_ca;
+  trusts_rogue_ca.tls_root_certs_pem = Pem("rogue_ca.pem");
+  // A new client (a new connection) each time.
+  const auto code = [&server](const ClientOptions& options) {
+    return Calls(*Connect(server, options))[0];
+  };
+  // Within a few reloads of a second each.
+  const auto await_code = [&code](const ClientOptions& options,
+                                  absl::StatusCode want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    absl::StatusCode got = code(options);
+    while (got != want && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(200));
+      got = code(options);
+    }
+    return got;
+  };
+  const auto expires_in_days = [&server] {
+    return (server.Metric("transpose_tls_certificate_expiry_timestamp_seconds")
+                .value_or(-1) -
+            absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())) /
+           86400;
+  };
+  const auto await_log = [&log](absl::string_view line) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    std::string text = ReadFile(log).value_or("");
+    while (!absl::StrContains(text, line) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(100));
+      text = ReadFile(log).value_or("");
+    }
+    return text;
+  };
+  std::unique_ptr<Client> held = Connect(server, trusts_ca);
+  EXPECT_EQ(Calls(*held)[0], kOk);
+  EXPECT_EQ(code(trusts_rogue_ca), absl::StatusCode::kUnavailable);
+  EXPECT_NEAR(expires_in_days(), 2, 0.05);
+
+  install(1);
+  EXPECT_EQ(await_code(trusts_rogue_ca, kOk), kOk);
+  EXPECT_THAT(await_log("TLS files changed: connections made from 1s on get "
+                        "CN=server2, valid until "),
+              ::testing::HasSubstr("CN=server2, valid until "));
+  EXPECT_NEAR(expires_in_days(), 3, 0.05);
+  EXPECT_EQ(Calls(*held)[0], kOk) << "a connection made before";
+  held.reset();
+  EXPECT_EQ(await_code(trusts_ca, absl::StatusCode::kUnavailable),
+            absl::StatusCode::kUnavailable);
+
+  install(2);
+  EXPECT_THAT(
+      await_log("TLS files changed and cannot be used"),
+      ::testing::HasSubstr(absl::StrCat(
+          "TLS files changed and cannot be used (--tls_key=", live,
+          "/tls.key is not the key of the certificate chain's first "
+          "certificate): from 1s on, new connections fail their handshake")));
+  EXPECT_EQ(await_code(trusts_rogue_ca, absl::StatusCode::kUnavailable),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(server.Metric("transpose_tls_certificate_expiry_timestamp_seconds"),
+            0.0);
+
+  install(1);
+  EXPECT_EQ(await_code(trusts_rogue_ca, kOk), kOk);
+  EXPECT_NEAR(expires_in_days(), 3, 0.05);
 }
 
 TEST_F(SecurityTest, TokenOverTls) {

@@ -279,4 +279,21 @@ absl::Status WriteFile(const std::string& path,
   return writer->Commit(parts);
 }
 
+WatchedFiles::WatchedFiles(std::vector<std::string> paths)
+    : paths_(std::move(paths)), contents_(ReadAll()) {}
+
+bool WatchedFiles::Poll() {
+  std::vector<absl::StatusOr<std::string>> contents = ReadAll();
+  if (contents == contents_) return false;
+  contents_ = std::move(contents);
+  return true;
+}
+
+std::vector<absl::StatusOr<std::string>> WatchedFiles::ReadAll() const {
+  std::vector<absl::StatusOr<std::string>> contents;
+  contents.reserve(paths_.size());
+  for (const std::string& path : paths_) contents.push_back(ReadFile(path));
+  return contents;
+}
+
 }  // namespace transpose

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,6 +54,32 @@ class FileWriter {
 // files of commits under way, then ends the process as before. Without it,
 // Ctrl-C during a large write leaves a "NAME.partial-XXXXXX" file behind.
 void RemoveTemporaryFilesOnSignal();
+
+// Files a program reads again while it runs, to take changes to them (a
+// token list, a certificate) without a restart. Not thread-safe.
+class WatchedFiles {
+ public:
+  // Reads `paths` whole: what they hold now is what the first Poll compares
+  // with.
+  explicit WatchedFiles(std::vector<std::string> paths);
+
+  // Reads the files again; true when what any of them holds, or why it cannot
+  // be read, differs from the last read.
+  bool Poll();
+
+  const std::vector<std::string>& paths() const { return paths_; }
+  // At the last read, in the order of paths(): each file's contents or, for a
+  // file that could not be read, ReadFile's error.
+  const std::vector<absl::StatusOr<std::string>>& contents() const {
+    return contents_;
+  }
+
+ private:
+  std::vector<absl::StatusOr<std::string>> ReadAll() const;
+
+  const std::vector<std::string> paths_;
+  std::vector<absl::StatusOr<std::string>> contents_;
+};
 
 // FileWriter::Create, then Commit.
 absl::Status WriteFile(const std::string& path,

@@ -254,5 +254,29 @@ TEST_F(FilesTest, ANonBlockingDescriptorIsWrittenWhole) {
   EXPECT_EQ(read_back.size(), data.size());
 }
 
+TEST_F(FilesTest, WatchedFilesSayWhenAnyChanged) {
+  ASSERT_TRUE(WriteFile(Path("a"), {"one"}).ok());
+  WatchedFiles files({Path("a"), Path("b")});
+  ASSERT_EQ(files.contents().size(), 2u);
+  EXPECT_EQ(files.contents()[0].value_or(""), "one");
+  EXPECT_EQ(files.contents()[1].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(files.Poll());
+  ASSERT_TRUE(WriteFile(Path("b"), {"two"}).ok());
+  EXPECT_TRUE(files.Poll());
+  EXPECT_EQ(files.contents()[1].value_or(""), "two");
+  EXPECT_FALSE(files.Poll());
+  // The same bytes written again are no change; other bytes, or none, are.
+  ASSERT_TRUE(WriteFile(Path("a"), {"one"}).ok());
+  EXPECT_FALSE(files.Poll());
+  ASSERT_TRUE(WriteFile(Path("a"), {""}).ok());
+  EXPECT_TRUE(files.Poll());
+  EXPECT_EQ(files.contents()[0].value_or("x"), "");
+  ASSERT_EQ(std::remove(Path("b").c_str()), 0);
+  EXPECT_TRUE(files.Poll());
+  EXPECT_THAT(std::string(files.contents()[1].status().message()),
+              HasSubstr(Path("b")));
+  EXPECT_FALSE(files.Poll());
+}
+
 }  // namespace
 }  // namespace transpose
