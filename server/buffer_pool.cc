@@ -8,6 +8,7 @@
 #include "absl/numeric/bits.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "server/core/retry.h"
 
 namespace transpose {
 namespace {
@@ -40,8 +41,8 @@ class HostAllocator final : public MemoryAllocator {
     void* data = mmap(nullptr, RoundToPages(bytes), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (data == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("out of host memory allocating %d bytes", bytes));
+      return RetryLater(absl::ResourceExhaustedError(
+          absl::StrFormat("out of host memory allocating %d bytes", bytes)));
     }
     // Advice only: where THP is off, the pages stay small. With THP's defrag
     // on "madvise", the first touch of a new buffer may compact memory; the

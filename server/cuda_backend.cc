@@ -18,6 +18,7 @@
 #include "kernels/gpu_transpose.h"
 #include "server/buffer_pool.h"
 #include "server/core/log.h"
+#include "server/core/retry.h"
 #include "server/core/status_macros.h"
 #include "server/worker_pool.h"
 
@@ -86,9 +87,9 @@ class PinnedAllocator final : public MemoryAllocator {
         &data, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
     if (error != cudaSuccess) {
       cudaGetLastError();  // Not sticky; clear it.
-      return absl::ResourceExhaustedError(
+      return RetryLater(absl::ResourceExhaustedError(
           absl::StrFormat("pinning %d bytes of host memory: %s", bytes,
-                          cudaGetErrorString(error)));
+                          cudaGetErrorString(error))));
     }
     return data;
   }
@@ -433,9 +434,12 @@ absl::StatusOr<void*> CudaBackend::AllocateOnDevice(uint64_t bytes,
       cudaMallocFromPoolAsync(&data, bytes, device_pool_, stream);
   if (error == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // Not sticky; clear it.
-    return absl::ResourceExhaustedError(
+    absl::Status status = absl::ResourceExhaustedError(
         absl::StrFormat("%s: out of device memory for a %d-byte matrix (%s)",
                         info_.name, bytes, cudaGetErrorString(error)));
+    // Other jobs (or processes) hold the memory for now: a job that fits the
+    // device when it is empty is worth sending again.
+    return 2 * bytes <= info_.total_memory_bytes ? RetryLater(status) : status;
   }
   TRANSPOSE_RETURN_IF_ERROR(Check(error, "cudaMallocFromPoolAsync"));
   return data;

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "server/core/notification.h"
+#include "server/core/retry.h"
 
 namespace transpose {
 namespace {
@@ -185,6 +186,8 @@ TEST_F(CudaBackendTest, OutOfDeviceMemoryIsResourceExhaustedAndPasses) {
   absl::Status status;
   RunJob(*backend, {1, 8192, 24576}, &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  // Worth a retry: memory other jobs hold comes back.
+  EXPECT_TRUE(IsRetryLater(status)) << status;
   EXPECT_TRUE(backend->healthy());
   cudaFree(hog);
   EXPECT_EQ(RunJob(*backend, {1, 8192, 24576}, &status), "");
