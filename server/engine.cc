@@ -99,9 +99,12 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> Engine::CreateJob(
     const TransposeSpec& spec, absl::string_view caller) {
   TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
                              MatrixBytes(spec.dtype, spec.shape));
+  // Not malformed: a newer client may name a kernel this server predates.
   if (AlgorithmName(spec.algorithm) == "unknown") {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "algorithm %d is unknown", static_cast<int>(spec.algorithm)));
+    return absl::UnimplementedError(absl::StrFormat(
+        "algorithm %d is unknown to this server (GetServerInfo lists each "
+        "backend's algorithms)",
+        static_cast<int>(spec.algorithm)));
   }
   if (bytes > options_.max_matrix_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
