@@ -185,6 +185,11 @@ absl::Status CheckTarget(absl::string_view target) {
   } else if (absl::ConsumePrefix(&rest, "ipv4:") ||
              absl::ConsumePrefix(&rest, "ipv6:")) {
     listed = true;  // Addresses separated by commas.
+  } else if (absl::StartsWithIgnoreCase(target, "http://") ||
+             absl::StartsWithIgnoreCase(target, "https://")) {
+    // gRPC would take "http" for a resolver and fail every call on DNS.
+    return invalid(
+        "a URL; expected host:port (use TLS for what https:// would mean)");
   } else if (absl::StrContains(target, "://")) {
     return absl::OkStatus();  // Another resolver's ("xds:///svc"): its rules.
   }
@@ -247,8 +252,26 @@ absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     const ClientOptions& options) {
   TRANSPOSE_RETURN_IF_ERROR(CheckTarget(options.target));
+  for (const auto& [name, bytes] :
+       {std::pair{"chunk_bytes", options.chunk_bytes},
+        std::pair{"unary_max_bytes", options.unary_max_bytes}}) {
+    if (bytes > api::kMaxMessageDataBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s is %d; expected at most %d (gRPC's messages are under 2 GiB)",
+          name, bytes, api::kMaxMessageDataBytes));
+    }
+  }
   if (options.chunk_bytes == 0)
     return absl::InvalidArgumentError("chunk_bytes is 0");
+  const bool keepalive = options.keepalive_time != absl::InfiniteDuration();
+  if (keepalive && (options.keepalive_time < absl::Seconds(10) ||
+                    options.keepalive_timeout <= absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keepalive every ", absl::FormatDuration(options.keepalive_time),
+        " with a timeout of ", absl::FormatDuration(options.keepalive_timeout),
+        "; expected at least 10s (servers refuse more frequent pings) and a "
+        "positive timeout, or InfiniteDuration for none"));
+  }
   // A default that has always passed would fail every call; unset, a call's
   // own timeout means the default, so "none" is said explicitly.
   if (options.default_timeout <= absl::ZeroDuration()) {
@@ -278,6 +301,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
   args.SetMaxSendMessageSize(-1);
   if (!options.load_balancing_policy.empty()) {
     args.SetLoadBalancingPolicyName(options.load_balancing_policy);
+  }
+  if (keepalive) {
+    const auto milliseconds = [](absl::Duration d) {
+      return static_cast<int>(
+          std::min<int64_t>(absl::ToInt64Milliseconds(d), INT32_MAX));
+    };
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+                milliseconds(options.keepalive_time));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                milliseconds(options.keepalive_timeout));
+    // gRPC's default stops after two pings while no data flows: a call that
+    // waits long for its result would then go unwatched.
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       grpc::InsecureChannelCredentials();
@@ -467,16 +503,26 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   progress.total_bytes = input.data.size();
   v1::TransposeRequest header;
   FillHeader(input, call, header);
-  for (uint64_t offset = 0; open && offset < input.data.size();) {
+  // Each chunk goes out as a copy that gRPC owns. A call that ends early
+  // (cancelled, refused, out of time) returns while the transport may still
+  // be writing what it has taken to the socket, and by then `input` is the
+  // caller's to free. The copy of the next chunk overlaps this one's write.
+  const auto copy_chunk = [&](uint64_t offset) {
     const uint64_t n =
         std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
-    const grpc::ByteBuffer chunk =
-        wire::Encode(offset == 0 ? header : v1::TransposeRequest(),
-                     input.data.subspan(offset, n),
-                     /*owner=*/nullptr);
+    std::shared_ptr<uint8_t[]> copy(new uint8_t[n]);
+    std::memcpy(copy.get(), input.data.data() + offset, n);
+    return wire::Encode(offset == 0 ? header : v1::TransposeRequest(),
+                        absl::MakeConstSpan(copy.get(), n), copy);
+  };
+  grpc::ByteBuffer chunk;
+  if (open && !input.data.empty()) chunk = copy_chunk(0);
+  for (uint64_t offset = 0; open && offset < input.data.size();) {
     stream->Write(chunk, nullptr);
+    offset +=
+        std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
+    if (offset < input.data.size()) chunk = copy_chunk(offset);
     open = await();
-    offset += n;
     progress.sent_bytes = offset;
     if (open && call.on_progress) call.on_progress(progress);
   }
@@ -502,6 +548,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
     if (!have_header) {
       protocol = CheckResponseHeader(input, response.header);
       have_header = true;
+      if (!protocol.ok()) continue;  // Its data is not this result's.
     }
     if (response.data_size() > output.size() - progress.received_bytes) {
       protocol = absl::DataLossError(

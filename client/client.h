@@ -54,6 +54,10 @@ struct ClientOptions {
   // Keep it and chunk_bytes within the server's --max_message_bytes
   // (ServerInfo's limits.max_message_bytes, at least 1 MiB): the server
   // refuses a larger message with RESOURCE_EXHAUSTED only once it has it all.
+  // A unary request is copied whole into its message (and its result out of
+  // one), where a stream sends from the caller's memory a chunk at a time, so
+  // larger unary requests cost memory and time. At most
+  // api::kMaxMessageDataBytes (2 GiB - 1 MiB), as is chunk_bytes.
   uint64_t unary_max_bytes = uint64_t{1} << 20;
   // Data bytes per TransposeStream request message; not 0.
   uint64_t chunk_bytes = uint64_t{1} << 20;
@@ -68,6 +72,16 @@ struct ClientOptions {
   // anyone on the path unless `tls` is on (or the network is otherwise
   // encrypted).
   std::string bearer_token;
+  // While calls run, the connection is pinged every keepalive_time, and
+  // closed when an answer takes longer than keepalive_timeout: its calls end
+  // UNAVAILABLE (and are sent again, within their deadlines) instead of
+  // waiting out their deadlines when the server or the network died without
+  // closing the connection. keepalive_time is at least 10 s (servers of this
+  // version take a ping every 5 s; older ones, which take one every 5 minutes
+  // while they send nothing, close a connection after its third such ping: a
+  // long upload's) or absl::InfiniteDuration() for none.
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
   // Deadline for calls that do not set their own: positive, or
   // absl::InfiniteDuration() for none.
   absl::Duration default_timeout = absl::Minutes(10);

@@ -1,9 +1,11 @@
 #include "client/client.h"
 
+#include <cstdint>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/convert.h"
 
 namespace transpose {
 namespace {
@@ -22,6 +24,13 @@ TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
   EXPECT_TRUE(create([](ClientOptions& o) {
                 o.default_timeout = absl::InfiniteDuration();
               }).ok());
+  EXPECT_TRUE(create([](ClientOptions& o) {
+                o.keepalive_time = absl::InfiniteDuration();
+                o.keepalive_timeout = absl::ZeroDuration();
+              }).ok());
+  EXPECT_TRUE(create([](ClientOptions& o) {
+                o.chunk_bytes = o.unary_max_bytes = api::kMaxMessageDataBytes;
+              }).ok());
   const std::pair<void (*)(ClientOptions&), const char*> refused[] = {
       {[](ClientOptions& o) { o.default_timeout = absl::ZeroDuration(); },
        "default_timeout is 0; expected a positive one"},
@@ -29,6 +38,16 @@ TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
        "default_timeout is -1s"},
       {[](ClientOptions& o) { o.max_attempts = 0; }, "max_attempts is 0"},
       {[](ClientOptions& o) { o.chunk_bytes = 0; }, "chunk_bytes is 0"},
+      {[](ClientOptions& o) { o.chunk_bytes = uint64_t{2} << 30; },
+       "chunk_bytes is 2147483648; expected at most 2146435071"},
+      {[](ClientOptions& o) {
+         o.unary_max_bytes = api::kMaxMessageDataBytes + 1;
+       },
+       "unary_max_bytes is 2146435072; expected at most"},
+      {[](ClientOptions& o) { o.keepalive_time = absl::Seconds(5); },
+       "keepalive every 5s with a timeout of 10s; expected at least 10s"},
+      {[](ClientOptions& o) { o.keepalive_timeout = absl::ZeroDuration(); },
+       "keepalive every 30s with a timeout of 0;"},
       {[](ClientOptions& o) {
          o.initial_backoff = absl::Seconds(3);
          o.max_backoff = absl::Seconds(2);
@@ -74,6 +93,8 @@ TEST(CheckTargetTest, RefusesTargetsGrpcCannotUse) {
       {"localhost:107951", "port 107951 is past 65535"},
       {"ipv4:10.0.0.1:1,10.0.0.2:65536", "port 65536 is past 65535"},
       {"dns:///svc:9999999999", "port 9999999999 is past 65535"},
+      {"http://localhost:50051", "a URL; expected host:port"},
+      {"HTTPS://svc.example:443", "a URL; expected host:port"},
   };
   for (const auto& [target, message] : cases) {
     const absl::Status status = CheckTarget(target);

@@ -6,6 +6,8 @@
 
 #include <grpcpp/support/status.h>
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/transpose_args.h"
@@ -32,6 +34,10 @@ void ToProto(const TransposeStats& stats, v1::TransposeStats& proto);
 // Trailing metadata by which a server tells clients whether, and after how
 // many milliseconds, to retry a failed call (gRFC A6); negative: do not.
 inline constexpr char kRetryPushbackKey[] = "grpc-retry-pushback-ms";
+
+// The most data one message may carry: gRPC's message sizes are 32-bit, and
+// the header fields and framing need room on top.
+inline constexpr uint64_t kMaxMessageDataBytes = INT32_MAX - (1 << 20);
 
 // Status codes are numbered alike in Abseil and gRPC.
 grpc::Status ToGrpcStatus(const absl::Status& status);

@@ -127,6 +127,12 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   }
   // Pings are the point on a connection whose client stopped sending.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Clients' keepalive pings too (the client library's are at least 10 s
+  // apart): gRPC's default takes one every 5 minutes while the server sends
+  // nothing, and closes the connection after the third ping sooner, which a
+  // long upload would meet.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   // gRPC sets SO_REUSEPORT by default: a second server on a port in use would
   // start and silently take part of the first one's connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "proto/convert.h"
 #include "server/core/command_line.h"
 #include "server/core/files.h"
 #include "server/core/host_port.h"
@@ -212,7 +213,7 @@ uint64_t TransportQuota(uint64_t flag, uint64_t inflight, uint64_t message) {
 // admitted uploads can fill resets calls at random.
 absl::Status CheckFlags() {
   constexpr uint64_t kMinMessageBytes = 1 << 20;
-  constexpr uint64_t kMaxMessageBytes = INT32_MAX - (1 << 20);
+  constexpr uint64_t kMaxMessageBytes = api::kMaxMessageDataBytes;
   const uint64_t message = absl::GetFlag(FLAGS_max_message_bytes);
   const uint64_t chunk = absl::GetFlag(FLAGS_response_chunk_bytes);
   if (message < kMinMessageBytes || message > kMaxMessageBytes) {

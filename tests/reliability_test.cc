@@ -789,6 +789,51 @@ TEST_F(ReliabilityTest, ASilentConnectionIsClosedByKeepalive) {
   context.TryCancel();
 }
 
+// The other way round: a server (or the network to it) that goes silent
+// without closing the connection is noticed by the client's keepalive, mid-
+// upload or waiting for the result, and the call ends UNAVAILABLE (which the
+// client would send again) long before its deadline.
+TEST_F(ReliabilityTest, AClientNoticesASilentServerByKeepalive) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  const std::vector<uint8_t> data(16 * kMiB, 5);
+  // Silences the server once `sent` bytes are uploaded: nothing moves either
+  // way, or (`answers_only`) the server's answers stop, as when the route back
+  // is cut.
+  const auto call = [&](uint64_t sent, bool answers_only) {
+    FreezableRelay relay(server->port());
+    ClientOptions options;
+    options.target = relay.address();
+    options.keepalive_time = absl::Seconds(10);  // The least a client may ask.
+    options.keepalive_timeout = absl::Seconds(1);
+    options.default_timeout = absl::Seconds(90);
+    options.max_attempts = 1;
+    auto client = *Client::Create(options);
+    CallOptions silenced;
+    silenced.on_progress = [&](const TransferProgress& progress) {
+      if (progress.sent_bytes < sent) return;
+      if (answers_only) {
+        relay.LimitAnswers(0);
+      } else {
+        relay.Freeze();
+      }
+    };
+    const absl::Time start = absl::Now();
+    const absl::Status status =
+        client
+            ->Transpose({DataType::kFloat32, {1, 2048, 2048}, data}, silenced)
+            .status();
+    return std::pair{status, absl::Now() - start};
+  };
+  for (const auto& [sent, answers_only] :
+       {std::pair{2 * kMiB, false}, std::pair{data.size(), true}}) {
+    const auto [status, took] = call(sent, answers_only);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable)
+        << status << " silenced after " << sent;
+    EXPECT_LT(took, absl::Seconds(30)) << status << " silenced after " << sent;
+  }
+}
+
 // A unary reply the client does not read yet keeps its job, and so its
 // admission, until it is sent: the budget bounds the replies in flight too.
 // The call stays in flight until then, and a reply that never arrives is not
