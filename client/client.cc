@@ -526,33 +526,46 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
     progress.sent_bytes = offset;
     if (open && call.on_progress) call.on_progress(progress);
   }
-  if (open) {
-    stream->WritesDone(nullptr);
-    open = await();
-  }
 
-  // The server answers only once it has the whole matrix; a failed write above
-  // means it already ended the call, and reading then finds the end at once.
+  // The server answers once it has the whole matrix (a failed write above
+  // means it already ended the call, and reading then finds the end at once),
+  // and ends the call at this side's half-close. That waits for the whole
+  // result: once a connection's last call has ended, the server may close the
+  // connection (at its age, or in a drain), which resets it under any bytes
+  // not read here yet.
+  bool half_closed = !open;
   TransposeStats stats;
   bool have_header = false;
   bool have_stats = false;
   absl::Status protocol = absl::OkStatus();
   grpc::ByteBuffer buffer;
   wire::ResponseView response;
+  // A response this side cannot use: the call is cancelled, since the server
+  // would wait for a half-close that only a whole result brings.
+  const auto refuse = [&](absl::Status status) {
+    protocol = std::move(status);
+    context.TryCancel();
+  };
   while (true) {
     stream->Read(&buffer, nullptr);
     if (!await()) break;
     if (!protocol.ok()) continue;  // Drain so Finish returns.
-    protocol = wire::Parse(buffer, response);
-    if (!protocol.ok()) continue;
+    if (absl::Status parsed = wire::Parse(buffer, response); !parsed.ok()) {
+      refuse(std::move(parsed));
+      continue;
+    }
     if (!have_header) {
-      protocol = CheckResponseHeader(input, response.header);
       have_header = true;
-      if (!protocol.ok()) continue;  // Its data is not this result's.
+      // Its data is not this result's.
+      if (absl::Status header = CheckResponseHeader(input, response.header);
+          !header.ok()) {
+        refuse(std::move(header));
+        continue;
+      }
     }
     if (response.data_size() > output.size() - progress.received_bytes) {
-      protocol = absl::DataLossError(
-          "server returned more bytes than the result holds");
+      refuse(absl::DataLossError(
+          "server returned more bytes than the result holds"));
       continue;
     }
     for (absl::string_view piece : response.data) {
@@ -566,6 +579,11 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
     }
     if (call.on_progress && response.data_size() > 0)
       call.on_progress(progress);
+    if (have_stats && !half_closed) {
+      stream->WritesDone(nullptr);
+      half_closed = true;
+      await();  // A failure shows in the next read.
+    }
   }
   grpc::Status status;
   stream->Finish(&status, nullptr);
@@ -579,8 +597,9 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
     advice = ReadRetryAdvice(context);
     advice.result_arrived = progress.received_bytes > 0;
   }
-  TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
+  // First: a refused response is why the call was cancelled.
   TRANSPOSE_RETURN_IF_ERROR(protocol);
+  TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
   if (progress.received_bytes != output.size() || !have_stats) {
     return absl::DataLossError(
         absl::StrFormat("server ended the stream after %d of %d bytes%s",

@@ -30,6 +30,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/reference_transpose.h"
 #include "tests/server_process.h"
 #include "transpose/v1/transpose.grpc.pb.h"
 
@@ -163,6 +164,11 @@ class FreezableRelay {
   // that way: the rest waits in the server's buffers, as for a client that
   // does not read. UINT64_MAX moves them again.
   void LimitAnswers(uint64_t bytes) { answer_limit_ = bytes; }
+  // Moves at most `bytes_per_second` from the server to clients, as a slow
+  // link would; 0: as fast as it can.
+  void ThrottleAnswers(uint64_t bytes_per_second) {
+    answer_rate_ = bytes_per_second;
+  }
 
  private:
   static sockaddr_in Loopback(int port) {
@@ -177,13 +183,22 @@ class FreezableRelay {
   void Run() {
     std::vector<int> peer;    // peer[j]: where bytes read from open_[j] go.
     std::vector<bool> ended;  // open_[j] has reached its end.
+    // Bytes the server may send now, under ThrottleAnswers.
+    double credit = 0;
+    absl::Time credited = absl::Now();
     while (!stop_) {
+      const uint64_t rate = answer_rate_;
+      const absl::Time now = absl::Now();
+      credit = std::min(credit + rate * absl::ToDoubleSeconds(now - credited),
+                        64.0 * 1024);
+      credited = now;
       std::vector<pollfd> fds = {{listener_, POLLIN, 0}};
       std::vector<size_t> which;  // fds[i + 1] is open_[which[i]].
       for (size_t j = 0; j < open_.size() && !frozen_; ++j) {
         if (ended[j]) continue;
         // open_ holds (client, server) pairs: odd j read the server.
         if (j % 2 == 1 && answered_ >= answer_limit_) continue;
+        if (j % 2 == 1 && rate > 0 && credit < 1024) continue;
         fds.push_back({open_[j], POLLIN, 0});
         which.push_back(j);
       }
@@ -207,7 +222,11 @@ class FreezableRelay {
         if (!(fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         const size_t j = which[i];
         char buffer[64 << 10];
-        const ssize_t n = read(open_[j], buffer, sizeof(buffer));
+        const size_t most =
+            j % 2 == 1 && rate > 0
+                ? std::min(sizeof(buffer), static_cast<size_t>(credit))
+                : sizeof(buffer);
+        const ssize_t n = read(open_[j], buffer, most);
         if (n <= 0) {
           ended[j] = true;
           shutdown(peer[j], SHUT_WR);
@@ -220,7 +239,10 @@ class FreezableRelay {
           if (m <= 0) break;
           sent += m;
         }
-        if (j % 2 == 1) answered_ += n;
+        if (j % 2 == 1) {
+          answered_ += n;
+          credit -= n;
+        }
       }
     }
   }
@@ -231,6 +253,7 @@ class FreezableRelay {
   std::vector<int> open_;
   std::atomic<bool> frozen_{false};
   std::atomic<uint64_t> answer_limit_{UINT64_MAX};
+  std::atomic<uint64_t> answer_rate_{0};
   uint64_t answered_ = 0;  // Bytes from the server to clients.
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -820,8 +843,7 @@ TEST_F(ReliabilityTest, AClientNoticesASilentServerByKeepalive) {
     };
     const absl::Time start = absl::Now();
     const absl::Status status =
-        client
-            ->Transpose({DataType::kFloat32, {1, 2048, 2048}, data}, silenced)
+        client->Transpose({DataType::kFloat32, {1, 2048, 2048}, data}, silenced)
             .status();
     return std::pair{status, absl::Now() - start};
   };
@@ -1317,6 +1339,47 @@ TEST_F(ReliabilityTest, ASecondSignalStopsTheServerAtOnce) {
   ASSERT_TRUE(serving.ok()) << serving.status();
   ASSERT_FALSE(*serving);
   EXPECT_EQ(server->Stop(SIGINT, absl::Seconds(5)), 1);
+}
+
+// A slow client gets its whole result when the server closes the connection
+// while it reads, at the connection's age or in a drain. The server ends the
+// call only at the client's half-close, and the client half-closes once it
+// has the result: before, it half-closed after its upload, the server's last
+// stream ended as soon as gRPC had taken the last chunk, and the close reset
+// the connection under the bytes the client had not read yet.
+TEST_F(ReliabilityTest, ASlowReaderGetsItsWholeResultAsTheConnectionCloses) {
+  const MatrixShape shape{1, 2048, 2048};
+  const std::vector<uint8_t> data = testing::RandomBytes(16 * kMiB, 7);
+  const std::vector<uint8_t> expected =
+      testing::ReferenceTranspose(data, 4, shape);
+  for (const bool drain : {false, true}) {
+    auto server = drain ? Start({"--unready_seconds=0", "--drain_seconds=60"})
+                        : Start({"--max_connection_age_seconds=1"});
+    ASSERT_NE(server, nullptr);
+    FreezableRelay relay(server->port());
+    // 16 MiB at 4 MiB/s: past the connection's age of 1 s.
+    relay.ThrottleAnswers(4 * kMiB);
+    ClientOptions options;
+    options.target = relay.address();
+    options.default_timeout = absl::Seconds(60);
+    options.max_attempts = 1;
+    auto client = *Client::Create(options);
+    CallOptions call;
+    bool signalled = false;
+    call.on_progress = [&](const TransferProgress& progress) {
+      if (drain && !signalled && progress.sent_bytes == data.size()) {
+        kill(server->pid(), SIGTERM);
+        signalled = true;
+      }
+    };
+    absl::StatusOr<TransposeResult> result =
+        client->Transpose({DataType::kFloat32, shape, data}, call);
+    ASSERT_TRUE(result.ok())
+        << (drain ? "drain: " : "age: ") << result.status();
+    EXPECT_TRUE(result->data == expected);
+    // Signal 0: none more (a second SIGTERM would stop it at once).
+    if (drain) EXPECT_EQ(server->Stop(0, absl::Seconds(30)), 0);
+  }
 }
 
 // A port another server listens on is refused, not shared with it (gRPC
