@@ -634,8 +634,11 @@ int Run() {
           std::to_string(kMetricsThreads), "request_timeout_ms",
           std::to_string(kMetricsRequestTimeoutMs)});
     } catch (const std::exception& e) {
-      Log(LogLevel::kError, "cannot serve metrics on %s: %s", metrics_address,
-          e.what());
+      // CivetWeb says only "null context when constructing CivetServer".
+      Log(LogLevel::kError,
+          "cannot serve metrics on %s: the port is in use, or the host is "
+          "not this machine's (%s)",
+          metrics_address, e.what());
       return 1;
     }
   }
@@ -763,12 +766,14 @@ int Run() {
   int signal = 0;
   sigwait(&signals, &signal);
   // A second signal is an operator who will not wait for the drain.
-  std::thread([signals] {
+  std::thread([signals, &service] {
     int again = 0;
     sigwait(&signals, &again);
+    // The calls cut off here are neither counted nor logged one by one.
     Log(LogLevel::kWarning,
-        "signal %d again: stopping now, without waiting for running calls",
-        again);
+        "signal %d again: stopping now, without waiting for the %d running "
+        "calls",
+        again, service.calls().running());
     std::fflush(nullptr);
     std::_Exit(1);
   }).detach();
@@ -796,7 +801,11 @@ int Run() {
   absl::SleepFor(unready);
   const absl::Time deadline = absl::Now() + drain;
   service.calls().Close(deadline);
-  std::thread transport([&server, deadline] { (*server)->Shutdown(deadline); });
+  Notification transport_stopped;
+  std::thread transport([&server, deadline, &transport_stopped] {
+    (*server)->Shutdown(deadline);
+    transport_stopped.Notify();
+  });
   if (!service.calls().AwaitNoCalls(deadline)) {
     Log(LogLevel::kWarning,
         "drain: %d calls still running after %gs are cut off (UNAVAILABLE); "
@@ -804,7 +813,20 @@ int Run() {
         "too short for them",
         service.calls().running(), absl::ToDoubleSeconds(drain));
   }
-  transport.join();
+  // gRPC's shutdown can outlast the deadline by up to a keepalive timeout,
+  // waiting on a connection that does not answer; the drain's end is the
+  // promise (a pod's termination grace is reckoned from it).
+  constexpr absl::Duration kShutdownSlack = absl::Seconds(1);
+  if (transport_stopped.WaitForNotificationWithTimeout(
+          deadline + kShutdownSlack - absl::Now())) {
+    transport.join();
+  } else {
+    Log(LogLevel::kWarning,
+        "drain: gRPC's shutdown still waits on a connection that does not "
+        "answer, %gs after the drain ended; stopping without it",
+        absl::ToDoubleSeconds(kShutdownSlack));
+    transport.detach();
+  }
   stopped.Notify();
   watch.join();
   service.LogHeldBackFailures();

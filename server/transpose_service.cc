@@ -333,12 +333,8 @@ class TransposeService::StreamCall final
       if (!ok) {
         // No more data will come: the client half-closed, or the call is over.
         if (context_.IsCancelled()) {
-          FinishLocked(EndedByTransport(
-              context_, service_.calls_,
-              !job_started_ ? "during the upload"
-              : ResultSentLocked()
-                  ? "after its result, before the client half-closed"
-                  : "before its result was out"));
+          FinishLocked(
+              EndedByTransport(context_, service_.calls_, PhaseLocked()));
         } else if (!job_started_) {
           FinishLocked(assembler_.Finish());
         } else {
@@ -395,7 +391,7 @@ class TransposeService::StreamCall final
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!finished_)
-      FinishLocked(EndedByTransport(context_, service_.calls_, ""));
+      FinishLocked(EndedByTransport(context_, service_.calls_, PhaseLocked()));
   }
 
   void OnDone() override {
@@ -456,6 +452,15 @@ class TransposeService::StreamCall final
 
   bool ResultSentLocked() const {
     return stats_sent_ && written_ == output_.size() && !write_pending_;
+  }
+
+  // Where the call has got, for the line that says where it ended.
+  absl::string_view PhaseLocked() const {
+    if (!job_started_) return "during the upload";
+    if (ResultSentLocked())
+      return "after its result, before the client half-closed";
+    if (job_running_) return "while its job ran";
+    return "while the response was being sent";
   }
 
   void WriteNextLocked() {
