@@ -23,6 +23,7 @@
 #include "proto/convert.h"
 #include "proto/wire.h"
 #include "server/core/notification.h"
+#include "server/core/retry.h"
 #include "server/core/status_macros.h"
 #include "server/core/token_file.h"
 
@@ -57,13 +58,14 @@ absl::Duration Jittered(absl::Duration backoff) {
   return backoff * absl::Uniform(random, 0.5, 1.0);
 }
 
-// The last attempt's error, saying that it was not the first.
+// The last attempt's error, saying that it was not the first, and marked
+// for IsRetryable: the failure was worth another try.
 absl::Status GaveUp(const absl::Status& last, int attempts,
                     absl::string_view why) {
-  if (attempts == 1) return last;
-  return absl::Status(last.code(),
-                      absl::StrCat(last.message(), " (gave up after ", attempts,
-                                   " ", why, ")"));
+  if (attempts == 1) return RetryLater(last);
+  return RetryLater(
+      absl::Status(last.code(), absl::StrCat(last.message(), " (gave up after ",
+                                             attempts, " ", why, ")")));
 }
 
 absl::Status CancelledByCaller() {
@@ -81,6 +83,8 @@ absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
 }
 
 }  // namespace
+
+bool IsRetryable(const absl::Status& status) { return IsRetryLater(status); }
 
 void CallCanceller::Cancel() {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -41,6 +41,15 @@ absl::Status CheckTarget(absl::string_view target);
 absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
                                    const MatrixShape& shape);
 
+// Whether a failed Transpose or TransposeInto is worth sending again later:
+// its attempts (ClientOptions::max_attempts) ran out, or its deadline came,
+// on failures that a later try may not meet (the service busy or out of
+// memory for now, draining, out of reach). False for refusals a repeat meets
+// again (a matrix over the server's limit, bad input), for the call's own
+// deadline passing in an attempt, and for a cancel. Callers with a queue of
+// their own can put such a call back instead of reading the message.
+bool IsRetryable(const absl::Status& status);
+
 struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",
   // "ipv4:10.0.0.1:50051,10.0.0.2:50051".
@@ -221,7 +230,8 @@ class Client {
       absl::Duration timeout = absl::Seconds(10));
 
   // The standard gRPC health check: true when `service` ("" for the whole
-  // server) is SERVING.
+  // server) is SERVING, false when it is not; NOT_FOUND for a service the
+  // server does not know.
   absl::StatusOr<bool> CheckHealth(const std::string& service = "",
                                    absl::Duration timeout = absl::Seconds(5));
 

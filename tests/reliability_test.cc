@@ -668,9 +668,10 @@ TEST_F(ReliabilityTest, ClientRetriesABusyServerButNotAMatrixOverTheLimit) {
     return status;
   };
 
-  EXPECT_EQ(
-      while_busy("Transpose", [&] { return Transpose(*once, 8, 8); }).code(),
-      absl::StatusCode::kResourceExhausted);
+  const absl::Status busy =
+      while_busy("Transpose", [&] { return Transpose(*once, 8, 8); });
+  EXPECT_EQ(busy.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(IsRetryable(busy)) << busy;
   EXPECT_TRUE(
       while_busy("Transpose", [&] { return Transpose(*retrying, 8, 8); }).ok());
   // 2 MiB: past the unary limit, so it streams.
@@ -680,8 +681,9 @@ TEST_F(ReliabilityTest, ClientRetriesABusyServerButNotAMatrixOverTheLimit) {
 
   // 8 MiB against a 4 MiB limit: one refusal, however many attempts allowed.
   const double streams_refused = refusals("TransposeStream");
-  EXPECT_EQ(Transpose(*retrying, 2048, 1024).code(),
-            absl::StatusCode::kResourceExhausted);
+  const absl::Status over = Transpose(*retrying, 2048, 1024);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(IsRetryable(over)) << over;
   EXPECT_EQ(refusals("TransposeStream"), streams_refused + 1);
 }
 
