@@ -25,9 +25,11 @@ class ClientPackageTest(unittest.TestCase):
         self.server = None
 
     def tearDown(self):
-        if self.server is not None and self.server.poll() is None:
-            self.server.send_signal(signal.SIGKILL)
-            self.server.wait(timeout=30)
+        if self.server is not None:
+            if self.server.poll() is None:
+                self.server.send_signal(signal.SIGKILL)
+                self.server.wait(timeout=30)
+            self.server.stdout.close()
         self.tmp.cleanup()
 
     def run_ok(self, *command, **kwargs):
@@ -85,6 +87,51 @@ class ClientPackageTest(unittest.TestCase):
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(down.returncode, 1, down.stderr)
         self.assertIn("unary: UNAVAILABLE", down.stderr)
+
+        # Found with another protobuf series (a header that says 3.22), the package refuses at
+        # configure time, saying why, instead of an #error in the first file using the API.
+        fake = os.path.join(self.tmp.name, "protobuf-3.22", "google", "protobuf", "stubs")
+        os.makedirs(fake)
+        with open(os.path.join(fake, "common.h"), "w") as f:
+            f.write("#define GOOGLE_PROTOBUF_VERSION 3022000\n")
+        other = subprocess.run(
+            ["cmake", "-S", source, "-B", os.path.join(self.tmp.name, "build-3.22"), "-G", "Ninja",
+             f"-DCMAKE_PREFIX_PATH={self.prefix}",
+             f"-DProtobuf_INCLUDE_DIR={os.path.join(self.tmp.name, 'protobuf-3.22')}"],
+            capture_output=True, text=True, timeout=300)
+        self.assertNotEqual(other.returncode, 0, other.stdout)
+        # CMake wraps the message: compare it word by word.
+        self.assertRegex(" ".join((other.stdout + other.stderr).split()),
+                         r"generated API headers need protobuf 3\.21\.x \(the package was "
+                         r"built with 3\.21\.\d+\); found protobuf 3\.22\.0")
+
+    def test_a_client_only_subdirectory_needs_none_of_the_servers_dependencies(self):
+        # A project that adds the checkout with TRANSPOSE_CLIENT_ONLY, on a machine where
+        # prometheus-cpp, curl and CUDA are not to be found (OpenSSL comes with gRPC): it
+        # configures, builds the demo, and the demo reaches a server.
+        source = os.path.join(self.tmp.name, "subdirectory")
+        os.makedirs(source)
+        shutil.copy(os.path.join(ARGS.repo, "tests", "client_package", "package_demo.cc"), source)
+        with open(os.path.join(source, "CMakeLists.txt"), "w") as f:
+            f.write("cmake_minimum_required(VERSION 3.25)\n"
+                    "project(client_only_demo LANGUAGES CXX)\n"
+                    "set(TRANSPOSE_CLIENT_ONLY ON)\n"
+                    f"add_subdirectory({os.path.realpath(ARGS.repo)} transpose "
+                    "EXCLUDE_FROM_ALL)\n"
+                    "add_executable(package_demo package_demo.cc)\n"
+                    "target_link_libraries(package_demo transpose::client)\n")
+        build = os.path.join(self.tmp.name, "build-subdirectory")
+        configured = self.run_ok(
+            "cmake", "-S", source, "-B", build, "-G", "Ninja",
+            "-DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON",
+            "-DCMAKE_DISABLE_FIND_PACKAGE_CURL=ON",
+            "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON", "-DCMAKE_CUDA_COMPILER=/nonexistent")
+        self.assertIn("transpose: the client library only", configured.stdout)
+        self.run_ok("cmake", "--build", build, "--target", "package_demo")
+        self.run_ok("cmake", "--install", ARGS.build_dir, "--prefix", self.prefix)
+        target = self.start_installed_server()
+        result = self.run_ok(os.path.join(build, "package_demo"), target)
+        self.assertRegex(result.stdout, r"^ok: backend cpu, [1-9]\d* progress calls")
 
 
 if __name__ == "__main__":
