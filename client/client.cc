@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -473,10 +474,10 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   return api::FromProto(response.stats());
 }
 
-// TransposeStream through the generic stub with the zero-copy framing: each
-// request chunk is a slice of the caller's input (which outlives the call), and
-// response data is copied once, from the transport's slices into `output`. One
-// completion queue per call, so calls from many threads never meet.
+// TransposeStream through the generic stub with the wire framing: each request
+// chunk is copied once, into a buffer gRPC owns (below), and response data
+// once, from the transport's slices into `output`. One completion queue per
+// call, so calls from many threads never meet.
 absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                                               absl::Span<uint8_t> output,
                                               const CallOptions& call,
@@ -511,18 +512,30 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   // (cancelled, refused, out of time) returns while the transport may still
   // be writing what it has taken to the socket, and by then `input` is the
   // caller's to free. The copy of the next chunk overlaps this one's write.
-  const auto copy_chunk = [&](uint64_t offset) {
+  // Two chunks live at once: the one being written and the next.
+  const auto copy_chunk =
+      [&](uint64_t offset) -> absl::StatusOr<grpc::ByteBuffer> {
     const uint64_t n =
         std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
-    std::shared_ptr<uint8_t[]> copy(new uint8_t[n]);
+    std::shared_ptr<uint8_t[]> copy(new (std::nothrow) uint8_t[n]);
+    if (copy == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "out of memory for a %d-byte chunk (ClientOptions::chunk_bytes)", n));
+    }
     std::memcpy(copy.get(), input.data.data() + offset, n);
     return wire::Encode(offset == 0 ? header : v1::TransposeRequest(),
                         absl::MakeConstSpan(copy.get(), n), copy);
   };
-  grpc::ByteBuffer chunk;
+  absl::StatusOr<grpc::ByteBuffer> chunk;
   if (open && !input.data.empty()) chunk = copy_chunk(0);
+  absl::Status out_of_memory;
   for (uint64_t offset = 0; open && offset < input.data.size();) {
-    stream->Write(chunk, nullptr);
+    if (!chunk.ok()) {
+      out_of_memory = chunk.status();
+      context.TryCancel();
+      break;
+    }
+    stream->Write(*chunk, nullptr);
     offset +=
         std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
     if (offset < input.data.size()) chunk = copy_chunk(offset);
@@ -601,7 +614,8 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
     advice = ReadRetryAdvice(context);
     advice.result_arrived = progress.received_bytes > 0;
   }
-  // First: a refused response is why the call was cancelled.
+  // First: why this side cancelled the call, if it did.
+  TRANSPOSE_RETURN_IF_ERROR(out_of_memory);
   TRANSPOSE_RETURN_IF_ERROR(protocol);
   TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
   if (progress.received_bytes != output.size() || !have_stats) {

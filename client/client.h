@@ -47,7 +47,9 @@ absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
 // memory for now, draining, out of reach). False for refusals a repeat meets
 // again (a matrix over the server's limit, bad input), for the call's own
 // deadline passing in an attempt, and for a cancel. Callers with a queue of
-// their own can put such a call back instead of reading the message.
+// their own can put such a call back instead of reading the message, and
+// should bound how often: "out of reach" (UNAVAILABLE) is also what a target
+// that does not resolve, or TLS roots that do not verify the server, give.
 bool IsRetryable(const absl::Status& status);
 
 struct ClientOptions {
@@ -64,8 +66,8 @@ struct ClientOptions {
   // (ServerInfo's limits.max_message_bytes, at least 1 MiB): the server
   // refuses a larger message with RESOURCE_EXHAUSTED only once it has it all.
   // A unary request is copied whole into its message (and its result out of
-  // one), where a stream sends from the caller's memory a chunk at a time, so
-  // larger unary requests cost memory and time. At most
+  // one), where a stream copies two chunks at a time (the one being sent and
+  // the next), so larger unary requests cost memory and time. At most
   // api::kMaxMessageDataBytes (2 GiB - 1 MiB), as is chunk_bytes.
   uint64_t unary_max_bytes = uint64_t{1} << 20;
   // Data bytes per TransposeStream request message; not 0.

@@ -435,29 +435,29 @@ std::string DescribeCertificate(const CertificateFacts& facts) {
 // they hold, usable or not.
 class TlsFilesReloader {
  public:
-  // `files` as the server started with them, and the certificate they hold.
-  TlsFilesReloader(WatchedFiles files, const CertificateFacts& facts)
+  // `files` as the server started with them, the certificate they hold, and
+  // how often gRPC reads them (--tls_reload_seconds).
+  TlsFilesReloader(WatchedFiles files, const CertificateFacts& facts,
+                   int grpc_reload_seconds)
       : files_(std::move(files)),
-        expiry_seconds_(
-            absl::ToDoubleSeconds(facts.not_after - absl::UnixEpoch())) {}
+        grpc_reload_seconds_(grpc_reload_seconds),
+        expiry_seconds_(ExpirySeconds(facts)) {}
 
   void Poll() {
     if (!files_.Poll()) return;
     absl::StatusOr<CertificateFacts> facts = CheckTlsFiles(files_);
-    const int reload = absl::GetFlag(FLAGS_tls_reload_seconds);
+    // The gauge first: what reads the log line may read the gauge next.
+    expiry_seconds_ = facts.ok() ? ExpirySeconds(*facts) : 0;
     if (facts.ok()) {
       Log(LogLevel::kInfo,
-          "TLS files changed: connections made from %ds on get %s", reload,
-          DescribeCertificate(*facts));
-      expiry_seconds_ =
-          absl::ToDoubleSeconds(facts->not_after - absl::UnixEpoch());
+          "TLS files changed: connections made from %ds on get %s",
+          grpc_reload_seconds_, DescribeCertificate(*facts));
     } else {
       Log(LogLevel::kError,
           "TLS files changed and cannot be used (%s): from %ds on, new "
           "connections fail their handshake until the files are fixed; "
           "connections made before keep working",
-          facts.status().message(), reload);
-      expiry_seconds_ = 0;
+          facts.status().message(), grpc_reload_seconds_);
     }
   }
 
@@ -466,7 +466,12 @@ class TlsFilesReloader {
   double expiry_seconds() const { return expiry_seconds_; }
 
  private:
+  static double ExpirySeconds(const CertificateFacts& facts) {
+    return absl::ToDoubleSeconds(facts.not_after - absl::UnixEpoch());
+  }
+
   WatchedFiles files_;
+  const int grpc_reload_seconds_;
   std::atomic<double> expiry_seconds_;
 };
 
@@ -603,8 +608,9 @@ int Run() {
     server_options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
     server_options.tls_reload_interval =
         absl::Seconds(absl::GetFlag(FLAGS_tls_reload_seconds));
-    tls_reloader =
-        std::make_unique<TlsFilesReloader>(std::move(tls_files), *certificate);
+    tls_reloader = std::make_unique<TlsFilesReloader>(
+        std::move(tls_files), *certificate,
+        absl::GetFlag(FLAGS_tls_reload_seconds));
   }
   const std::string token_path = absl::GetFlag(FLAGS_auth_token_file);
   WatchedFiles token_file(token_path.empty()

@@ -41,11 +41,7 @@ Certificate NextCertificate(BIO* bio) {
 }  // namespace
 
 absl::Status CheckPemCertificates(absl::string_view pem) {
-  Bio bio = ReadOnlyBio(pem);
-  if (bio == nullptr || NextCertificate(bio.get()) == nullptr) {
-    return absl::InvalidArgumentError("holds no PEM certificate");
-  }
-  return absl::OkStatus();
+  return ReadFirstCertificate(pem).status();
 }
 
 absl::Status CheckPemKeyMatchesCertificate(absl::string_view key_pem,

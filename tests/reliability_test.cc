@@ -1117,9 +1117,12 @@ TEST_F(ReliabilityTest, DrainCutsOffCallsThatOutlastIt) {
 }
 
 // The drain ends at its deadline even when a connection stops answering
-// while its result goes out. gRPC's own shutdown then sometimes (about one
-// drain in two here) waits for the connection until its keepalive timeout (20
-// s), which made a 1 s drain take 20 s; three drains, so that one meets it.
+// while its result goes out. gRPC's own shutdown then sometimes waits for the
+// connection until its keepalive timeout (20 s), which made a 1 s drain take
+// 20 s: in 2 of 3 drains on a busy 2-core machine, in none of 12 on a quiet
+// one (it seems to need the server's socket buffer full before the client's
+// flow-control window is). So this guards the bound where the wait happens,
+// and proves it only there; three drains, to meet it more often.
 TEST_F(ReliabilityTest, ADrainEndsOnTimeWhenAConnectionStopsAnswering) {
   // 64 MiB: more of the result than the sockets' buffers hold.
   const std::vector<uint8_t> data(64 * kMiB, 3);
@@ -1151,7 +1154,12 @@ TEST_F(ReliabilityTest, ADrainEndsOnTimeWhenAConnectionStopsAnswering) {
       client->Transpose({DataType::kFloat32, {1, 4096, 4096}, data}, call)
           .IgnoreError();
     });
-    ASSERT_TRUE(frozen.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    if (!frozen.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      ADD_FAILURE() << "no result arrived, round " << round;
+      canceller.Cancel();
+      caller.join();
+      return;
+    }
     const absl::Time signalled = absl::Now();
     kill(server->pid(), SIGTERM);
     EXPECT_EQ(server->Stop(0, absl::Seconds(30)), 0);
