@@ -45,12 +45,14 @@
 
 ABSL_FLAG(std::string, server, "localhost:50051",
           "Server: any gRPC target, e.g. host:port, dns:///svc:50051, "
-          "ipv4:10.0.0.1:50051,10.0.0.2:50051.");
+          "ipv4:10.0.0.1:50051,10.0.0.2:50051 (not an http:// or https:// "
+          "URL).");
 ABSL_FLAG(std::optional<absl::Duration>, deadline, std::nullopt,
           "Deadline of each call (default: 10m for transposes and bench, 5s "
           "for info and health).");
 ABSL_FLAG(std::optional<int>, attempts, std::nullopt,
-          "Attempts per transpose when the server is busy or unreachable, "
+          "Attempts per transpose when the server is busy, out of memory for "
+          "now, or unreachable, "
           "with backoff, within the deadline (default: 4 for transpose; 1 for "
           "bench, so that it counts refusals).");
 ABSL_FLAG(std::string, token_file, "",

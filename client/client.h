@@ -31,7 +31,8 @@ namespace transpose {
 // target, for an empty target, no address ("dns:///", "unix:"), an address with
 // no host
 // (":50051"), a port that is not a number ("localhost:abc", "localhost:") or
-// one past 65535, which gRPC would quietly take modulo 65536. Targets of other
+// one past 65535, which gRPC would quietly take modulo 65536, and an http:// or
+// https:// URL, which gRPC would take for a resolver's name. Targets of other
 // resolvers ("xds:///svc") pass unchecked.
 absl::Status CheckTarget(absl::string_view target);
 
@@ -100,8 +101,9 @@ struct ClientOptions {
   // that the service could not take (UNAVAILABLE: draining, out of reach,
   // connection lost), that the server cancelled (CANCELLED not from the
   // caller's canceller: a server shutting down cancels the calls that arrive
-  // as it closes), or that the service refused as busy and said to retry
-  // (RESOURCE_EXHAUSTED with a retry pushback), is sent again, whole, after a
+  // as it closes), or that the service refused as busy or out of memory for
+  // now and said to retry (RESOURCE_EXHAUSTED with a retry pushback), is sent
+  // again, whole, after a
   // backoff. Other refusals are final. All attempts share the call's
   // deadline. 1: no retries.
   int max_attempts = 4;

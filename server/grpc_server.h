@@ -50,7 +50,8 @@ struct GrpcServerOptions {
   // pinged, and closed (cancelling its calls) when no answer comes within
   // `keepalive_timeout`. This is how the server notices a client that vanished
   // without closing its connection (host down, network cut), whose calls would
-  // otherwise hold their admission until their deadlines.
+  // otherwise hold their admission until their deadlines. Clients' own pings
+  // are taken every 5 s (the client library's are at least 10 s apart).
   absl::Duration keepalive_time = absl::Seconds(60);
   absl::Duration keepalive_timeout = absl::Seconds(20);
   // A connection this old gets a GOAWAY (gRPC adds +-10% jitter) and its
@@ -80,7 +81,9 @@ class GrpcServer {
   void SetServing(bool serving);
 
   // Stops taking calls (new ones get UNAVAILABLE), lets running calls finish
-  // until `deadline`, cancels the rest, and returns when all are gone.
+  // until `deadline`, cancels the rest, and returns when all are gone: up to a
+  // keepalive timeout past `deadline` while a connection does not answer
+  // (transpose_server stops waiting a second after it).
   void Shutdown(absl::Time deadline);
 
  private:
