@@ -104,6 +104,100 @@ class DeployTest(unittest.TestCase):
         self.assertLessEqual(worst, int(limit[:-2]) * gib,
                              f"{name}: {worst / gib:.0f} GiB at worst, limit {limit}")
 
+    def check_probe(self, name, container, probe, grpc_port, tls):
+        """A probe asks the server's health: natively, over plaintext gRPC, or, on a TLS port
+        (which refuses plaintext), with the image's CLI over TLS. Readiness asks for the API's
+        service, which turns NOT_SERVING when the server drains."""
+        spec = container[probe]
+        where = f"{name} {probe}"
+        readiness = probe == "readinessProbe"
+        if "grpc" in spec:
+            self.assertFalse(tls, where + ": a plaintext gRPC probe on a TLS port")
+            self.assertEqual(spec["grpc"]["port"], grpc_port, where)
+            if readiness:
+                self.assertEqual(spec["grpc"]["service"], "transpose.v1.TransposeService")
+            return
+        command = spec["exec"]["command"]
+        self.assertEqual(command[0], "transpose", where)
+        self.assertIn("health", command, where)
+        uses = flag_uses(command[1:])
+        self.assertLessEqual(set(uses), self.cli_flags, where)
+        self.assertEqual(uses["server"].rsplit(":", 1)[1], str(grpc_port), where)
+        if readiness:
+            self.assertEqual(uses.get("service"), "transpose.v1.TransposeService", where)
+        # The CLI gives up before the kubelet does, so a slow answer is a failure, not a hang.
+        self.assertRegex(uses["deadline"], r"^\d+s$", where)
+        self.assertLess(int(uses["deadline"][:-1]), spec["timeoutSeconds"], where)
+        if tls:
+            mounts = [m["mountPath"] for m in container["volumeMounts"]]
+            self.assertTrue(any(uses["tls_ca"].startswith(m + "/") for m in mounts), where)
+
+    def test_a_tls_overlay_serves_its_certificate_to_its_probes(self):
+        """Where an overlay serves TLS: the certificate and key come from a mounted Secret that a
+        cert-manager Certificate of the overlay fills, for names that include the address the
+        probes ask; and the readiness probe's own command, run against the real server with such
+        files, passes, while against a plaintext server it fails."""
+        overlays = [n for n, d in self.objects("Deployment")
+                    if "tls_cert" in flag_uses(d["spec"]["template"]["spec"]["containers"][0]["args"])]
+        self.assertTrue(overlays, "no overlay serves TLS")
+        for name in overlays:
+            docs = self.rendered[name][1]
+            deployment = next(d for d in docs if d and d["kind"] == "Deployment")
+            pod = deployment["spec"]["template"]["spec"]
+            container = pod["containers"][0]
+            uses = flag_uses(container["args"])
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+            certificates = {c["spec"]["secretName"]: c for c in docs
+                            if c and c["kind"] == "Certificate"}
+            for flag in ("tls_cert", "tls_key"):
+                directory, _ = os.path.split(uses[flag])
+                secret = mounts[directory]["secret"]["secretName"]
+                self.assertIn(secret, certificates, f"{name}: --{flag}")
+            certificate = certificates[secret]["spec"]
+            probe = container["readinessProbe"]["exec"]["command"]
+            host = flag_uses(probe)["server"].rsplit(":", 1)[0]
+            self.assertIn(host, certificate.get("ipAddresses", []) + certificate["dnsNames"])
+
+            with tempfile.TemporaryDirectory() as tmp:
+                # The Secret's files, as cert-manager's CA issuer writes them.
+                script = (
+                    "set -e; openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+                    "-keyout ca.key -out ca.crt -days 1 -subj /CN=ca; "
+                    "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout tls.key "
+                    "-out tls.csr -subj /CN=transpose; "
+                    f"printf 'subjectAltName=IP:{host}\\n' > san; "
+                    "openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+                    "-days 1 -extfile san -out tls.crt")
+                made = subprocess.run(["bash", "-c", script], cwd=tmp, capture_output=True,
+                                      text=True)
+                self.assertEqual(made.returncode, 0, made.stderr)
+                local = lambda arg: re.sub(r"/etc/transpose/tls/", tmp + "/", arg)
+                for tls in (True, False):
+                    args = [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0",
+                            "--metrics_address="]
+                    if tls:
+                        args += [local(f"--{f}={uses[f]}") for f in ("tls_cert", "tls_key")]
+                    server = subprocess.Popen(args, stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL, text=True)
+                    try:
+                        line = server.stdout.readline()
+                        self.assertTrue(line.startswith("listening on "), line)
+                        port = line.strip().rsplit(":", 1)[1]
+                        command = [ARGS.cli] + [
+                            local(re.sub(r"^--server=(.*):\d+$", r"--server=\1:" + port, arg))
+                            for arg in probe[1:]]
+                        run = subprocess.run(command, capture_output=True, text=True,
+                                             timeout=30)
+                        if tls:
+                            self.assertEqual(run.returncode, 0, f"{name}: {run.stdout}{run.stderr}")
+                        else:
+                            self.assertNotEqual(run.returncode, 0, f"{name}: {run.stdout}")
+                    finally:
+                        server.kill()
+                        server.wait(timeout=30)
+                        server.stdout.close()
+
     def objects(self, kind):
         for name, (_, docs) in self.rendered.items():
             for doc in docs:
@@ -217,9 +311,7 @@ class DeployTest(unittest.TestCase):
             self.assertEqual(uses["address"].rsplit(":", 1)[1], str(ports["grpc"]), name)
             self.assertEqual(uses["metrics_address"].rsplit(":", 1)[1], str(ports["metrics"]), name)
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-                self.assertEqual(container[probe]["grpc"]["port"], ports["grpc"], probe)
-            self.assertEqual(container["readinessProbe"]["grpc"]["service"],
-                             "transpose.v1.TransposeService")
+                self.check_probe(name, container, probe, ports["grpc"], "tls_cert" in uses)
             self.assertIn("nvidia.com/gpu", container["resources"]["limits"])
             # The preStop pause, the unready phase and the drain fit in the grace period.
             command = container["lifecycle"]["preStop"]["exec"]["command"]
