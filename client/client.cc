@@ -508,10 +508,14 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   progress.total_bytes = input.data.size();
   v1::TransposeRequest header;
   FillHeader(input, call, header);
-  // Each chunk goes out as a copy that gRPC owns. A call that ends early
-  // (cancelled, refused, out of time) returns while the transport may still
-  // be writing what it has taken to the socket, and by then `input` is the
-  // caller's to free. The copy of the next chunk overlaps this one's write.
+  // Each chunk goes out as a copy that gRPC owns. gRPC's HTTP/2 transport
+  // reports a closed stream's pending writes as done at once, so a call that
+  // ends early (cancelled, refused, out of time) might return while the
+  // transport still writes what it took to the socket, from memory that is
+  // the caller's to free by then (read in gRPC's source; a relay that stopped
+  // reading, a cancel, the input freed and the relay reading again showed
+  // nothing under ASan with chunks that were the input itself). The copy costs
+  // nothing measurable (docs/BENCHMARKS.md) and overlaps this chunk's write.
   // Two chunks live at once: the one being written and the next.
   const auto copy_chunk =
       [&](uint64_t offset) -> absl::StatusOr<grpc::ByteBuffer> {
