@@ -64,23 +64,30 @@ absl::StatusOr<int> AccessControl::ReplaceTokens(absl::string_view contents) {
 
 absl::Status AccessControl::Check(
     const grpc::ServerContextBase& context) const {
-  if (require_client_certificate_) {
-    const std::shared_ptr<const grpc::AuthContext> auth =
-        context.auth_context();
-    if (auth == nullptr || !auth->IsPeerAuthenticated()) {
-      return absl::UnauthenticatedError(
-          "a verified client certificate is required");
-    }
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  std::optional<absl::string_view> authorization;
+  if (it != metadata.end()) {
+    authorization = absl::string_view(it->second.data(), it->second.size());
+  }
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  return Check(auth.get(), authorization);
+}
+
+absl::Status AccessControl::Check(
+    const grpc::AuthContext* auth,
+    std::optional<absl::string_view> authorization) const {
+  if (require_client_certificate_ &&
+      (auth == nullptr || !auth->IsPeerAuthenticated())) {
+    return absl::UnauthenticatedError(
+        "a verified client certificate is required");
   }
   if (tokens_on_) {
-    const auto& metadata = context.client_metadata();
-    auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
+    if (!authorization.has_value()) {
       return absl::UnauthenticatedError(
           "missing 'authorization: Bearer <token>' metadata");
     }
-    TRANSPOSE_RETURN_IF_ERROR(CheckBearer(
-        absl::string_view(it->second.data(), it->second.size()), *tokens()));
+    TRANSPOSE_RETURN_IF_ERROR(CheckBearer(*authorization, *tokens()));
   }
   return absl::OkStatus();
 }

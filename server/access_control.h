@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ class AccessControl {
 
   // OK, or UNAUTHENTICATED saying what is missing (never what the token is).
   absl::Status Check(const grpc::ServerContextBase& context) const;
+  // The same check on a call's parts: the peer's `auth` context (may be null
+  // without TLS) and its "authorization" metadata, if it sent one.
+  absl::Status Check(const grpc::AuthContext* auth,
+                     std::optional<absl::string_view> authorization) const;
 
   // Whether any check is on. Fixed at construction: tokens can be replaced,
   // not turned on or off.

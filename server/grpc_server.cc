@@ -82,6 +82,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
       tls.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
     }
     credentials = grpc::experimental::TlsServerCredentials(tls);
+    if (options.tls_header_check != nullptr) {
+      credentials->SetAuthMetadataProcessor(options.tls_header_check);
+    }
   } else if (!options.tls_client_ca_file.empty()) {
     return absl::InvalidArgumentError(
         "a client CA needs a TLS certificate and key");

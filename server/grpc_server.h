@@ -43,6 +43,9 @@ struct GrpcServerOptions {
   // the service's AccessControl turns them away.
   std::string tls_client_ca_file;
   absl::Duration tls_reload_interval = absl::Seconds(10);
+  // With TLS only (gRPC runs such processors for secure connections alone):
+  // checks every call from its headers, before its messages are read.
+  std::shared_ptr<grpc::AuthMetadataProcessor> tls_header_check;
   // Server reflection. It answers without access checks, so a server that
   // checks callers turns it off.
   bool reflection = true;

@@ -710,6 +710,9 @@ int Run() {
   }
 
   server_options.address = absl::GetFlag(FLAGS_address);
+  if (tls_reloader != nullptr && access.enabled()) {
+    server_options.tls_header_check = service.MakeHeaderCheck();
+  }
   server_options.reflection = !access.enabled();
   server_options.max_message_bytes = service_options.max_message_bytes;
   server_options.max_transport_bytes = TransportQuota(

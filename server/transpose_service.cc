@@ -4,12 +4,14 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/convert.h"
@@ -27,6 +29,26 @@ namespace {
 // server cannot tell when room frees up, so this only spaces out retries from
 // clients whose own policies follow the pushback to the letter.
 constexpr int kRetryPushbackMs = 100;
+
+// The warning line of a failed call, up to `failure_log`'s rate; the next line
+// that goes out counts those held back.
+void LogFailedCall(LogRateLimiter& failure_log, RpcMethod method,
+                   absl::string_view peer, double seconds,
+                   const absl::Status& status) {
+  uint64_t held_back = 0;
+  if (!LogEnabled(LogLevel::kWarning) ||
+      !failure_log.Allow(absl::Now(), &held_back)) {
+    return;
+  }
+  Log(LogLevel::kWarning, "%s from %s failed after %.6fs: %s: %s%s",
+      RpcMethodName(method), peer, seconds,
+      absl::StatusCodeToString(status.code()), status.message(),
+      held_back == 0
+          ? ""
+          : absl::StrCat(" (and ", held_back,
+                         " failed calls not logged since the last "
+                         "line; transpose_requests_total counts all)"));
+}
 
 // One RPC's accounting: the in-flight gauge while it runs, then its count,
 // duration and, when it failed, a log line and the retry advice for the
@@ -83,19 +105,8 @@ class RpcScope {
     metrics_.inflight_requests().Decrement();
     if (entered_) calls_.Leave();
     metrics_.RecordRequest(method_, status.code(), seconds);
-    uint64_t held_back = 0;
     if (!status.ok()) {
-      if (LogEnabled(LogLevel::kWarning) &&
-          failure_log_.Allow(absl::Now(), &held_back)) {
-        Log(LogLevel::kWarning, "%s from %s failed after %.6fs: %s: %s%s",
-            RpcMethodName(method_), peer_, seconds,
-            absl::StatusCodeToString(status.code()), status.message(),
-            held_back == 0
-                ? ""
-                : absl::StrCat(" (and ", held_back,
-                               " failed calls not logged since the last "
-                               "line; transpose_requests_total counts all)"));
-      }
+      LogFailedCall(failure_log_, method_, peer_, seconds, status);
     } else {
       Log(LogLevel::kDebug, "%s from %s ok in %.6fs", RpcMethodName(method_),
           peer_, seconds);
@@ -509,6 +520,65 @@ class TransposeService::StreamCall final
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 TransposeService::TransposeStream(grpc::CallbackServerContext* context) {
   return new StreamCall(*this, *context);
+}
+
+// Checks calls from their headers, before gRPC reads their messages.
+class TransposeService::HeaderCheck final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit HeaderCheck(TransposeService& service) : service_(service) {}
+
+  bool IsBlocking() const override { return false; }
+
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* auth,
+                       OutputMetadata*, OutputMetadata*) override {
+    const auto path = metadata.find(":path");
+    if (path == metadata.end()) return grpc::Status::OK;
+    const std::optional<RpcMethod> method =
+        MethodOf(absl::string_view(path->second.data(), path->second.size()));
+    // Other services' calls (health) stay open; gRPC answers unknown methods.
+    if (!method.has_value()) return grpc::Status::OK;
+    const auto authorization = metadata.find("authorization");
+    const absl::Status status = service_.access_.Check(
+        auth,
+        authorization == metadata.end()
+            ? std::nullopt
+            : std::optional<absl::string_view>(absl::string_view(
+                  authorization->second.data(), authorization->second.size())));
+    if (status.ok()) return grpc::Status::OK;
+    // Counted and logged as the methods count and log their own refusals;
+    // gRPC does not say who the peer is here.
+    service_.metrics_.RecordRequest(*method, status.code(), 0);
+    LogFailedCall(
+        service_.failure_log_, *method, "a TLS client", 0,
+        absl::Status(status.code(),
+                     absl::StrCat(status.message(),
+                                  " (refused at its headers, before any of "
+                                  "its messages was read)")));
+    return api::ToGrpcStatus(status);
+  }
+
+ private:
+  static std::optional<RpcMethod> MethodOf(absl::string_view path) {
+    absl::string_view method = path;
+    if (!absl::ConsumePrefix(&method, "/") ||
+        !absl::ConsumePrefix(&method,
+                             v1::TransposeService::service_full_name()) ||
+        !absl::ConsumePrefix(&method, "/")) {
+      return std::nullopt;
+    }
+    for (RpcMethod known : {RpcMethod::kTranspose, RpcMethod::kTransposeStream,
+                            RpcMethod::kGetServerInfo}) {
+      if (method == RpcMethodName(known)) return known;
+    }
+    return std::nullopt;
+  }
+
+  TransposeService& service_;
+};
+
+std::shared_ptr<grpc::AuthMetadataProcessor>
+TransposeService::MakeHeaderCheck() {
+  return std::make_shared<HeaderCheck>(*this);
 }
 
 void TransposeService::LogHeldBackFailures() {

@@ -76,6 +76,14 @@ class TransposeService final : public TransposeServiceBase {
   // The calls running; closing it makes new calls UNAVAILABLE (the drain).
   CallGate& calls() { return calls_; }
 
+  // For a TLS server (gRPC takes such a processor only with TLS): checks each
+  // call of this service from its headers, so that one without the token or
+  // client certificate is refused before any of its messages is read (a unary
+  // call's, up to --max_message_bytes, otherwise arrives whole first). Such
+  // refusals are counted and logged as the methods' own. Other services' calls
+  // (health) pass. Must not outlive the service.
+  std::shared_ptr<grpc::AuthMetadataProcessor> MakeHeaderCheck();
+
   // Logs how many failed calls' lines were held back since the last one that
   // went out, if any: called each second, so a flood that stops is still
   // counted in the log.
@@ -84,6 +92,7 @@ class TransposeService final : public TransposeServiceBase {
  private:
   class UnaryCall;
   class StreamCall;
+  class HeaderCheck;
 
   Engine& engine_;
   Metrics& metrics_;
