@@ -1,5 +1,6 @@
 #include "server/access_control.h"
 
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -64,30 +65,31 @@ absl::StatusOr<int> AccessControl::ReplaceTokens(absl::string_view contents) {
 
 absl::Status AccessControl::Check(
     const grpc::ServerContextBase& context) const {
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find("authorization");
-  std::optional<absl::string_view> authorization;
-  if (it != metadata.end()) {
-    authorization = absl::string_view(it->second.data(), it->second.size());
-  }
   const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  return Check(auth.get(), authorization);
+  return Check(auth.get(), context.client_metadata());
 }
 
 absl::Status AccessControl::Check(
     const grpc::AuthContext* auth,
-    std::optional<absl::string_view> authorization) const {
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
   if (require_client_certificate_ &&
       (auth == nullptr || !auth->IsPeerAuthenticated())) {
     return absl::UnauthenticatedError(
         "a verified client certificate is required");
   }
   if (tokens_on_) {
-    if (!authorization.has_value()) {
+    const auto [first, end] = metadata.equal_range("authorization");
+    if (first == end) {
       return absl::UnauthenticatedError(
           "missing 'authorization: Bearer <token>' metadata");
     }
-    TRANSPOSE_RETURN_IF_ERROR(CheckBearer(*authorization, *tokens()));
+    if (std::next(first) != end) {
+      return absl::UnauthenticatedError(
+          "more than one 'authorization' metadata value");
+    }
+    TRANSPOSE_RETURN_IF_ERROR(CheckBearer(
+        absl::string_view(first->second.data(), first->second.size()),
+        *tokens()));
   }
   return absl::OkStatus();
 }

@@ -6,8 +6,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,9 +35,12 @@ class AccessControl {
   // OK, or UNAUTHENTICATED saying what is missing (never what the token is).
   absl::Status Check(const grpc::ServerContextBase& context) const;
   // The same check on a call's parts: the peer's `auth` context (may be null
-  // without TLS) and its "authorization" metadata, if it sent one.
-  absl::Status Check(const grpc::AuthContext* auth,
-                     std::optional<absl::string_view> authorization) const;
+  // without TLS) and the metadata it sent, which must hold one
+  // "authorization" value at most (a proxy's added one would otherwise make
+  // the outcome hang on their order).
+  absl::Status Check(
+      const grpc::AuthContext* auth,
+      const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
 
   // Whether any check is on. Fixed at construction: tokens can be replaced,
   // not turned on or off.

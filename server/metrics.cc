@@ -161,11 +161,14 @@ void Metrics::RecordKernel(BackendSeries& backend, const TransposeStats& stats,
 
 void Metrics::RecordRequest(RpcMethod method, absl::StatusCode code,
                             double seconds) {
-  const int m = static_cast<int>(method);
+  RecordRefusal(method, code);
+  durations_[static_cast<int>(method)]->Observe(seconds);
+}
+
+void Metrics::RecordRefusal(RpcMethod method, absl::StatusCode code) {
   int c = static_cast<int>(code);
   if (c < 0 || c >= kCodes) c = static_cast<int>(absl::StatusCode::kUnknown);
-  requests_[m][c]->Increment();
-  durations_[m]->Observe(seconds);
+  requests_[static_cast<int>(method)][c]->Increment();
 }
 
 void CallbackGauges::Add(std::string name, std::string help,

@@ -66,6 +66,8 @@ class Metrics {
 
   // Records one finished RPC.
   void RecordRequest(RpcMethod method, absl::StatusCode code, double seconds);
+  // Counts a call refused before it ran (at its headers): no duration.
+  void RecordRefusal(RpcMethod method, absl::StatusCode code);
 
   prometheus::Gauge& inflight_requests() { return *inflight_requests_; }
 

@@ -32,16 +32,16 @@ constexpr int kRetryPushbackMs = 100;
 
 // The warning line of a failed call, up to `failure_log`'s rate; the next line
 // that goes out counts those held back.
-void LogFailedCall(LogRateLimiter& failure_log, RpcMethod method,
-                   absl::string_view peer, double seconds,
+// `outcome`: "failed after 0.5s", or "was refused at its headers".
+void LogFailedCall(LogRateLimiter& failure_log, absl::string_view method,
+                   absl::string_view peer, absl::string_view outcome,
                    const absl::Status& status) {
   uint64_t held_back = 0;
   if (!LogEnabled(LogLevel::kWarning) ||
       !failure_log.Allow(absl::Now(), &held_back)) {
     return;
   }
-  Log(LogLevel::kWarning, "%s from %s failed after %.6fs: %s: %s%s",
-      RpcMethodName(method), peer, seconds,
+  Log(LogLevel::kWarning, "%s from %s %s: %s: %s%s", method, peer, outcome,
       absl::StatusCodeToString(status.code()), status.message(),
       held_back == 0
           ? ""
@@ -106,7 +106,8 @@ class RpcScope {
     if (entered_) calls_.Leave();
     metrics_.RecordRequest(method_, status.code(), seconds);
     if (!status.ok()) {
-      LogFailedCall(failure_log_, method_, peer_, seconds, status);
+      LogFailedCall(failure_log_, RpcMethodName(method_), peer_,
+                    absl::StrFormat("failed after %.6fs", seconds), status);
     } else {
       Log(LogLevel::kDebug, "%s from %s ok in %.6fs", RpcMethodName(method_),
           peer_, seconds);
@@ -204,7 +205,9 @@ TransposeService::TransposeService(Engine& engine, Metrics& metrics,
     : engine_(engine),
       metrics_(metrics),
       access_(access),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      prefix_(
+          absl::StrCat("/", v1::TransposeService::service_full_name(), "/")) {
   if (options_.stream_idle_timeout > absl::ZeroDuration()) {
     // Checks often enough that a stall ends within a quarter of the limit of
     // it, but no more than every 10 ms.
@@ -531,41 +534,42 @@ class TransposeService::HeaderCheck final : public grpc::AuthMetadataProcessor {
 
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* auth,
                        OutputMetadata*, OutputMetadata*) override {
+    // Calls of every other service (health) stay open. Every method of this
+    // one is checked, those it does not have too: gRPC answers those
+    // UNIMPLEMENTED once they pass.
     const auto path = metadata.find(":path");
-    if (path == metadata.end()) return grpc::Status::OK;
-    const std::optional<RpcMethod> method =
-        MethodOf(absl::string_view(path->second.data(), path->second.size()));
-    // Other services' calls (health) stay open; gRPC answers unknown methods.
-    if (!method.has_value()) return grpc::Status::OK;
-    const auto authorization = metadata.find("authorization");
-    const absl::Status status = service_.access_.Check(
-        auth,
-        authorization == metadata.end()
-            ? std::nullopt
-            : std::optional<absl::string_view>(absl::string_view(
-                  authorization->second.data(), authorization->second.size())));
+    absl::string_view method;
+    if (path != metadata.end()) {
+      method = absl::string_view(path->second.data(), path->second.size());
+    }
+    if (!absl::ConsumePrefix(&method, service_.prefix_)) {
+      return grpc::Status::OK;
+    }
+    const absl::Status status = service_.access_.Check(auth, metadata);
     if (status.ok()) return grpc::Status::OK;
-    // Counted and logged as the methods count and log their own refusals;
-    // gRPC does not say who the peer is here.
-    service_.metrics_.RecordRequest(*method, status.code(), 0);
+    // Counted and logged as the methods count and log their own refusals
+    // (gRPC does not give the peer's address here), but for a time: the call
+    // never ran.
+    const std::optional<RpcMethod> known = Known(method);
+    if (known.has_value()) {
+      service_.metrics_.RecordRefusal(*known, status.code());
+    }
+    std::string peer = "a TLS client";
+    if (auth != nullptr && auth->IsPeerAuthenticated()) {
+      const std::vector<grpc::string_ref> identity = auth->GetPeerIdentity();
+      absl::StrAppend(
+          &peer, " with a certificate for ",
+          absl::string_view(identity.front().data(), identity.front().size()));
+    }
     LogFailedCall(
-        service_.failure_log_, *method, "a TLS client", 0,
-        absl::Status(status.code(),
-                     absl::StrCat(status.message(),
-                                  " (refused at its headers, before any of "
-                                  "its messages was read)")));
+        service_.failure_log_,
+        known.has_value() ? RpcMethodName(*known) : "an unknown method", peer,
+        "was refused at its headers", status);
     return api::ToGrpcStatus(status);
   }
 
  private:
-  static std::optional<RpcMethod> MethodOf(absl::string_view path) {
-    absl::string_view method = path;
-    if (!absl::ConsumePrefix(&method, "/") ||
-        !absl::ConsumePrefix(&method,
-                             v1::TransposeService::service_full_name()) ||
-        !absl::ConsumePrefix(&method, "/")) {
-      return std::nullopt;
-    }
+  static std::optional<RpcMethod> Known(absl::string_view method) {
     for (RpcMethod known : {RpcMethod::kTranspose, RpcMethod::kTransposeStream,
                             RpcMethod::kGetServerInfo}) {
       if (method == RpcMethodName(known)) return known;

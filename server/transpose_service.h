@@ -104,6 +104,8 @@ class TransposeService final : public TransposeServiceBase {
   LogRateLimiter failure_log_{10, absl::Seconds(1)};
   // Null when streams may idle for ever.
   std::unique_ptr<StallWatchdog> stall_watchdog_;
+  // "/transpose.v1.TransposeService/": the start of its methods' paths.
+  const std::string prefix_;
 };
 
 }  // namespace transpose

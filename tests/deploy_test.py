@@ -107,10 +107,18 @@ class DeployTest(unittest.TestCase):
     def check_probe(self, name, container, probe, grpc_port, tls):
         """A probe asks the server's health: natively, over plaintext gRPC, or, on a TLS port
         (which refuses plaintext), with the image's CLI over TLS. Readiness asks for the API's
-        service, which turns NOT_SERVING when the server drains."""
+        service, which turns NOT_SERVING when the server drains. On a TLS port, start-up and
+        liveness ask only that the port answers: a certificate that cannot be used must not
+        restart every pod at once."""
         spec = container[probe]
         where = f"{name} {probe}"
         readiness = probe == "readinessProbe"
+        if "tcpSocket" in spec:
+            self.assertFalse(readiness, where + ": readiness must ask the server's health")
+            self.assertEqual(spec["tcpSocket"]["port"], grpc_port, where)
+            return
+        self.assertFalse(tls and not readiness,
+                         where + ": on a TLS port, only readiness may depend on the certificate")
         if "grpc" in spec:
             self.assertFalse(tls, where + ": a plaintext gRPC probe on a TLS port")
             self.assertEqual(spec["grpc"]["port"], grpc_port, where)
@@ -160,22 +168,28 @@ class DeployTest(unittest.TestCase):
             self.assertIn(host, certificate.get("ipAddresses", []) + certificate["dnsNames"])
 
             with tempfile.TemporaryDirectory() as tmp:
-                # The Secret's files, as cert-manager's CA issuer writes them.
+                # The Secret's files, as cert-manager's CA issuer writes them for this
+                # Certificate (an EC key in SEC1 form).
                 script = (
                     "set -e; openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
                     "-keyout ca.key -out ca.crt -days 1 -subj /CN=ca; "
-                    "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout tls.key "
-                    "-out tls.csr -subj /CN=transpose; "
+                    "openssl ecparam -name prime256v1 -genkey -noout -out tls.key; "
+                    "openssl req -new -key tls.key -out tls.csr "
+                    f"-subj /CN={certificate['commonName']}; "
                     f"printf 'subjectAltName=IP:{host}\\n' > san; "
                     "openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
                     "-days 1 -extfile san -out tls.crt")
                 made = subprocess.run(["bash", "-c", script], cwd=tmp, capture_output=True,
                                       text=True)
                 self.assertEqual(made.returncode, 0, made.stderr)
-                local = lambda arg: re.sub(r"/etc/transpose/tls/", tmp + "/", arg)
+                # The token file too: the probes meet the server's access checks, as in the pod.
+                with open(os.path.join(tmp, "tokens"), "w") as f:
+                    f.write("probe-test-token\n")
+                local = lambda arg: re.sub(r"/etc/transpose/(tls|auth)/(\w+)",
+                                           lambda m: os.path.join(tmp, m.group(2)), arg)
                 for tls in (True, False):
                     args = [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0",
-                            "--metrics_address="]
+                            "--metrics_address=", local(f"--auth_token_file={uses['auth_token_file']}")]
                     if tls:
                         args += [local(f"--{f}={uses[f]}") for f in ("tls_cert", "tls_key")]
                     server = subprocess.Popen(args, stdout=subprocess.PIPE,

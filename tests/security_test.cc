@@ -428,14 +428,34 @@ TEST_F(SecurityTest, OverTlsACallWithoutTheTokenIsRefusedBeforeItsMessage) {
                          8),
       8);
   EXPECT_THAT(ReadFile(log).value_or(""),
-              ::testing::HasSubstr("Transpose from a TLS client failed after "
-                                   "0.000000s: UNAUTHENTICATED: missing "
-                                   "'authorization: Bearer <token>' metadata "
-                                   "(refused at its headers"));
-  EXPECT_TRUE(*anonymous->CheckHealth());
-  options.bearer_token = "s3cret-token";
+              ::testing::HasSubstr("Transpose from a TLS client was refused at "
+                                   "its headers: UNAUTHENTICATED: missing "
+                                   "'authorization: Bearer <token>' metadata"));
+  EXPECT_TRUE(anonymous->CheckHealth().value_or(false));
+  // A wrong token, on every method; the right one, sent twice (as a proxy
+  // adding its own would), is refused too, whatever the order.
+  options.bearer_token = "wrong-token";
   EXPECT_EQ(Calls(*Connect(server, options)),
+            (Codes{kUnauthenticated, kUnauthenticated, kUnauthenticated,
+                   absl::StatusCode::kUnimplemented}));
+  options.bearer_token = "s3cret-token";
+  std::unique_ptr<Client> known = Connect(server, options);
+  EXPECT_EQ(Calls(*known),
             (Codes{kOk, kOk, kOk, absl::StatusCode::kUnimplemented}));
+  auto stub = v1::TransposeService::NewStub(known->channel());
+  for (const auto& [first, second] :
+       {std::pair{"Bearer s3cret-token", "Bearer other"},
+        std::pair{"Bearer other", "Bearer s3cret-token"}}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", first);
+    context.AddMetadata("authorization", second);
+    v1::ServerInfo info;
+    const grpc::Status status =
+        stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << first;
+    EXPECT_THAT(status.error_message(),
+                ::testing::HasSubstr("more than one 'authorization'"));
+  }
 }
 
 TEST_F(SecurityTest, TokenOverTls) {
