@@ -423,8 +423,9 @@ absl::StatusOr<std::vector<std::string>> ReadTokenFlagFile(
 // "O=Example,CN=server, valid until 2026-12-03 10:00:00 UTC", or "...,
 // EXPIRED at ...".
 std::string DescribeCertificate(const CertificateFacts& facts) {
+  // cert-manager leaves the subject empty unless asked for a common name.
   return absl::StrCat(
-      facts.subject,
+      facts.subject.empty() ? "a certificate with no subject" : facts.subject,
       facts.not_after < absl::Now() ? ", EXPIRED at " : ", valid until ",
       absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", facts.not_after,
                        absl::UTCTimeZone()));
