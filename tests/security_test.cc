@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -110,6 +111,32 @@ class SecurityTest : public ::testing::Test {
             client.Transpose(input, stream).status().code(),
             client.GetServerInfo().status().code(),
             testing::ListServices(client.channel()).status().code()};
+  }
+
+  // What `call` returns once it returns `want`, or `within` from now: the
+  // server takes a changed file within a few polls of a second each.
+  static absl::StatusCode AwaitCode(
+      const std::function<absl::StatusCode()>& call, absl::StatusCode want,
+      absl::Duration within) {
+    const absl::Time deadline = absl::Now() + within;
+    absl::StatusCode got = call();
+    while (got != want && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(100));
+      got = call();
+    }
+    return got;
+  }
+
+  // The log at `path` once it holds `line`, or `within` from now.
+  static std::string AwaitLog(const std::string& path, absl::string_view line,
+                              absl::Duration within) {
+    const absl::Time deadline = absl::Now() + within;
+    std::string text = ReadFile(path).value_or("");
+    while (!absl::StrContains(text, line) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(100));
+      text = ReadFile(path).value_or("");
+    }
+    return text;
   }
 
   static std::string dir_;
@@ -233,15 +260,8 @@ TEST_F(SecurityTest, TokensAddedOrRemovedTakeEffectWithoutARestart) {
     options.bearer_token = token;
     return Calls(*Connect(server, options))[0];
   };
-  // Within a few polls of a second each.
   const auto await_code = [&code](const char* token, absl::StatusCode want) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    absl::StatusCode got = code(token);
-    while (got != want && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(100));
-      got = code(token);
-    }
-    return got;
+    return AwaitCode([&] { return code(token); }, want, absl::Seconds(10));
   };
   EXPECT_EQ(code("old-token"), kOk);
   EXPECT_EQ(code("new-token"), kUnauthenticated);
@@ -253,12 +273,7 @@ TEST_F(SecurityTest, TokensAddedOrRemovedTakeEffectWithoutARestart) {
   EXPECT_EQ(code("new-token"), kOk);
   // Broken: reported, and new-token still serves.
   write("two words\n");
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  std::string text;
-  while (!absl::StrContains(text, "cannot be used") && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(100));
-    text = ReadFile(log).value_or("");
-  }
+  const std::string text = AwaitLog(log, "cannot be used", absl::Seconds(10));
   EXPECT_THAT(text, ::testing::HasSubstr(absl::StrCat(
                         "--auth_token_file=", file,
                         " changed and cannot be used (line 1 holds")));
@@ -315,16 +330,9 @@ TEST_F(SecurityTest, AReplacedCertificateServesNewConnectionsWithoutARestart) {
   const auto code = [&server](const ClientOptions& options) {
     return Calls(*Connect(server, options))[0];
   };
-  // Within a few reloads of a second each.
   const auto await_code = [&code](const ClientOptions& options,
                                   absl::StatusCode want) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(15);
-    absl::StatusCode got = code(options);
-    while (got != want && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(200));
-      got = code(options);
-    }
-    return got;
+    return AwaitCode([&] { return code(options); }, want, absl::Seconds(15));
   };
   // The gauge follows the files within a second or two.
   const auto expires_in_days = [&server](double want) {
@@ -342,13 +350,7 @@ TEST_F(SecurityTest, AReplacedCertificateServesNewConnectionsWithoutARestart) {
     return days;
   };
   const auto await_log = [&log](absl::string_view line) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(15);
-    std::string text = ReadFile(log).value_or("");
-    while (!absl::StrContains(text, line) && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(100));
-      text = ReadFile(log).value_or("");
-    }
-    return text;
+    return AwaitLog(log, line, absl::Seconds(15));
   };
   std::unique_ptr<Client> held = Connect(server, trusts_ca);
   EXPECT_EQ(Calls(*held)[0], kOk);
