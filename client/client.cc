@@ -517,10 +517,12 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   // nothing under ASan with chunks that were the input itself). The copy costs
   // nothing measurable (docs/BENCHMARKS.md) and overlaps this chunk's write.
   // Two chunks live at once: the one being written and the next.
+  const auto chunk_size = [&](uint64_t offset) {
+    return std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
+  };
   const auto copy_chunk =
       [&](uint64_t offset) -> absl::StatusOr<grpc::ByteBuffer> {
-    const uint64_t n =
-        std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
+    const uint64_t n = chunk_size(offset);
     std::shared_ptr<uint8_t[]> copy(new (std::nothrow) uint8_t[n]);
     if (copy == nullptr) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -540,8 +542,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
       break;
     }
     stream->Write(*chunk, nullptr);
-    offset +=
-        std::min<uint64_t>(options_.chunk_bytes, input.data.size() - offset);
+    offset += chunk_size(offset);
     if (offset < input.data.size()) chunk = copy_chunk(offset);
     open = await();
     progress.sent_bytes = offset;
