@@ -1,9 +1,14 @@
 #include "server/access_control.h"
 
+#include <grpc/grpc_security_constants.h>
+
+#include <algorithm>
 #include <iterator>
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/core/status_macros.h"
 #include "server/core/token_file.h"
 
@@ -38,9 +43,49 @@ absl::Status CheckBearer(absl::string_view authorization,
   return absl::OkStatus();
 }
 
+absl::Status CheckClientName(const std::vector<std::string>& names,
+                             const std::vector<std::string>& allowed) {
+  for (const std::string& name : names) {
+    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) {
+      return absl::OkStatus();
+    }
+  }
+  // The client learns only its own certificate's names, which helps whoever
+  // set it up and tells it nothing about the list.
+  constexpr size_t kShown = 8;
+  std::vector<std::string> shown(
+      names.begin(), names.begin() + std::min(names.size(), kShown));
+  std::string described =
+      names.empty() ? "no names"
+                    : absl::StrCat("\"", absl::StrJoin(shown, "\", \""), "\"");
+  if (names.size() > kShown) {
+    absl::StrAppend(&described, " and ", names.size() - kShown, " more");
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("the client certificate (", described,
+                   ") names none of the clients this server serves"));
+}
+
+std::vector<std::string> AccessControl::CertificateNames(
+    const grpc::AuthContext& auth) {
+  std::vector<std::string> names;
+  for (const char* property :
+       {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
+    for (const grpc::string_ref& value : auth.FindPropertyValues(property)) {
+      std::string name(value.data(), value.size());
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        names.push_back(std::move(name));
+      }
+    }
+  }
+  return names;
+}
+
 AccessControl::AccessControl(AccessPolicy policy)
     : tokens_on_(!policy.tokens.empty()),
-      require_client_certificate_(policy.require_client_certificate),
+      require_client_certificate_(policy.require_client_certificate ||
+                                  !policy.client_names.empty()),
+      client_names_(std::move(policy.client_names)),
       tokens_(std::make_shared<const std::vector<std::string>>(
           std::move(policy.tokens))) {}
 
@@ -90,6 +135,12 @@ absl::Status AccessControl::Check(
     TRANSPOSE_RETURN_IF_ERROR(CheckBearer(
         absl::string_view(first->second.data(), first->second.size()),
         *tokens()));
+  }
+  // Who the caller is, before what it may do: an unauthenticated call learns
+  // nothing about the allowed names.
+  if (!client_names_.empty()) {
+    TRANSPOSE_RETURN_IF_ERROR(
+        CheckClientName(CertificateNames(*auth), client_names_));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
 // Who may call the transpose service: callers with the bearer token, and (with
-// mutual TLS) only callers whose client certificate the server verified. gRPC's
-// own health service answers probes before any of this, so health stays open.
+// mutual TLS) only callers whose client certificate the server verified, and
+// which names an allowed client where a list of them is given. gRPC's own
+// health service answers probes before any of this, so health stays open.
 #ifndef TRANSPOSE_SERVER_ACCESS_CONTROL_H_
 #define TRANSPOSE_SERVER_ACCESS_CONTROL_H_
 
@@ -26,13 +27,18 @@ struct AccessPolicy {
   std::vector<std::string> tokens;
   // Calls must come over TLS with a client certificate the server verified.
   bool require_client_certificate = false;
+  // Non-empty: that certificate must also name one of these, as its common
+  // name or as one of its subject alternative names (exactly; no wildcards).
+  // Implies require_client_certificate.
+  std::vector<std::string> client_names;
 };
 
 class AccessControl {
  public:
   explicit AccessControl(AccessPolicy policy);
 
-  // OK, or UNAUTHENTICATED saying what is missing (never what the token is).
+  // OK, UNAUTHENTICATED saying what is missing (never what the token is), or
+  // PERMISSION_DENIED for a verified certificate that names no allowed client.
   absl::Status Check(const grpc::ServerContextBase& context) const;
   // The same check on a call's parts: the peer's `auth` context (may be null
   // without TLS) and the metadata it sent, which must hold one
@@ -46,6 +52,11 @@ class AccessControl {
   // not turned on or off.
   bool enabled() const { return tokens_on_ || require_client_certificate_; }
 
+  // The names a verified client certificate is allowed by: its common name
+  // and subject alternative names, as gRPC's `auth` context gives them.
+  static std::vector<std::string> CertificateNames(
+      const grpc::AuthContext& auth);
+
   // Replaces the tokens with those of a token file's new `contents`, for the
   // calls checked from now on. INVALID_ARGUMENT, keeping the tokens, for
   // contents ParseTokenFile refuses; FAILED_PRECONDITION when no token was
@@ -58,6 +69,7 @@ class AccessControl {
 
   const bool tokens_on_;
   const bool require_client_certificate_;
+  const std::vector<std::string> client_names_;
   mutable absl::Mutex mutex_;
   Tokens tokens_ ABSL_GUARDED_BY(mutex_);
 };
@@ -67,6 +79,11 @@ class AccessControl {
 // compared, in time that does not say which matched or where one differed.
 absl::Status CheckBearer(absl::string_view authorization,
                          const std::vector<std::string>& tokens);
+
+// OK when one of `names` (a client certificate's) is one of `allowed`;
+// PERMISSION_DENIED naming the certificate's names otherwise.
+absl::Status CheckClientName(const std::vector<std::string>& names,
+                             const std::vector<std::string>& allowed);
 
 // Equal contents in time that depends on the lengths only, not on where they
 // differ.

@@ -1,5 +1,7 @@
 #include "server/access_control.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace transpose {
@@ -20,6 +22,44 @@ TEST(AccessControlTest, EnabledOnlyWithAPolicy) {
   EXPECT_FALSE(AccessControl(AccessPolicy{}).enabled());
   EXPECT_TRUE(AccessControl(AccessPolicy{{"t"}, false}).enabled());
   EXPECT_TRUE(AccessControl(AccessPolicy{{}, true}).enabled());
+}
+
+TEST(AccessControlTest, ClientNamesAskForACertificate) {
+  AccessPolicy policy;
+  policy.client_names = {"batch"};
+  const AccessControl access(policy);
+  EXPECT_TRUE(access.enabled());
+  // Without TLS there is no certificate to name anyone.
+  EXPECT_EQ(
+      access.Check(nullptr, {}),
+      absl::UnauthenticatedError("a verified client certificate is required"));
+}
+
+TEST(AccessControlTest, AnyNameOfTheCertificateMustBeAllowedExactly) {
+  const std::vector<std::string> allowed = {"batch.example",
+                                            "spiffe://example.org/batch"};
+  EXPECT_TRUE(CheckClientName({"batch", "batch.example"}, allowed).ok());
+  EXPECT_TRUE(
+      CheckClientName({"x", "y", "spiffe://example.org/batch"}, allowed).ok());
+  EXPECT_EQ(CheckClientName({"batch", "Batch.example", "batch.example.org",
+                             "spiffe://example.org/batch/x"},
+                            allowed),
+            absl::PermissionDeniedError(
+                "the client certificate (\"batch\", \"Batch.example\", "
+                "\"batch.example.org\", \"spiffe://example.org/batch/x\") "
+                "names none of the clients this server serves"));
+  EXPECT_EQ(CheckClientName({}, allowed),
+            absl::PermissionDeniedError(
+                "the client certificate (no names) names none of the clients "
+                "this server serves"));
+  // A certificate with many names is not echoed whole.
+  std::vector<std::string> many;
+  for (int i = 0; i < 20; ++i) many.push_back(absl::StrCat("n", i));
+  const absl::Status refused = CheckClientName(many, allowed);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "\"n7\" and 12 more"))
+      << refused;
+  EXPECT_FALSE(absl::StrContains(refused.message(), "n8")) << refused;
 }
 
 TEST(AccessControlTest, BearerSchemeInAnyCaseWithAnyOfTheTokens) {

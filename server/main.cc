@@ -122,6 +122,11 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require client certificates that chain to it (mutual "
           "TLS). Health checks stay open to callers without one.");
+ABSL_FLAG(std::vector<std::string>, tls_client_names, {},
+          "With --tls_client_ca: serve only clients whose certificate names "
+          "one of these (comma-separated), as its common name or a subject "
+          "alternative name, exactly. Others get PERMISSION_DENIED; health "
+          "checks stay open. Empty: any certificate from that CA.");
 ABSL_FLAG(int, tls_reload_seconds, 10,
           "Read the --tls_cert, --tls_key and --tls_client_ca files again this "
           "often (at least 1): new connections get what they hold then, so a "
@@ -245,6 +250,18 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--tls_client_ca=", absl::GetFlag(FLAGS_tls_client_ca),
                      ": expected --tls_cert and --tls_key with it"));
+  }
+  const std::vector<std::string> client_names =
+      absl::GetFlag(FLAGS_tls_client_names);
+  if (!client_names.empty() && absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_client_names=", absl::StrJoin(client_names, ","),
+                     ": expected --tls_client_ca with it"));
+  }
+  if (absl::c_linear_search(client_names, "")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_client_names=", absl::StrJoin(client_names, ","),
+                     ": expected names without empty ones between commas"));
   }
   if (absl::GetFlag(FLAGS_tls_reload_seconds) < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -592,6 +609,12 @@ int Run() {
   AccessPolicy access_policy;
   access_policy.require_client_certificate =
       !absl::GetFlag(FLAGS_tls_client_ca).empty();
+  access_policy.client_names = absl::GetFlag(FLAGS_tls_client_names);
+  if (!access_policy.client_names.empty()) {
+    Log(LogLevel::kInfo,
+        "mutual TLS: serving clients whose certificate names %s",
+        absl::StrJoin(access_policy.client_names, ", "));
+  }
   GrpcServerOptions server_options;
   WatchedFiles tls_files(TlsFlagFiles());
   std::unique_ptr<TlsFilesReloader> tls_reloader;

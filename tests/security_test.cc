@@ -41,8 +41,8 @@ class SecurityTest : public ::testing::Test {
   static void SetUpTestSuite() {
     char dir_template[] = "/tmp/transpose-security-XXXXXX";
     dir_ = mkdtemp(dir_template);
-    // A CA that signs the server's and one client's certificate, and a rogue CA
-    // with a client of its own and a second server certificate (valid for 3
+    // A CA that signs the server's and three clients' certificates, and a rogue
+    // CA with a client of its own and a second server certificate (valid for 3
     // days, the others for 2). EC keys: quick to make.
     const std::string script = absl::StrCat(
         "set -e; cd ", dir_, "\n",
@@ -52,12 +52,18 @@ class SecurityTest : public ::testing::Test {
         "-subj /CN=$1; }\n",
         "leaf() { key $1; openssl req -new -key $1.key -out $1.csr -subj "
         "/CN=$1;\n"
-        "  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > $1.ext;\n"
+        "  printf '%s\\n' \"${4:-subjectAltName=IP:127.0.0.1,DNS:localhost}\" "
+        "> $1.ext;\n"
         "  openssl x509 -req -in $1.csr -CA $2.pem -CAkey $2.key "
         "-CAcreateserial -days ${3:-2} "
         "-extfile $1.ext -out $1.pem; }\n",
         "ca ca; ca rogue_ca; leaf server ca; leaf client ca; leaf rogue "
         "rogue_ca; leaf server2 rogue_ca 3\n",
+        // Clients for --tls_client_names: one named by its subject alternative
+        // names, one by its common name alone.
+        "leaf batch ca 2 subjectAltName=DNS:batch.example,"
+        "URI:spiffe://example.org/batch\n",
+        "leaf ops ca 2 basicConstraints=CA:FALSE\n",
         "printf 's3cret-token\\n' > token\n",
         "printf 'old-token\\nnew-token\\n' > two_tokens\n",
         "printf 'two words\\n' > bad_token\n");
@@ -204,6 +210,62 @@ TEST_F(SecurityTest,
   auto rogue_client = Connect(*server, rogue);
   EXPECT_EQ(Calls(*rogue_client)[0], absl::StatusCode::kUnavailable);
   EXPECT_FALSE(rogue_client->CheckHealth("", absl::Seconds(3)).ok());
+}
+
+TEST_F(SecurityTest, ClientNamesNarrowMutualTlsToTheClientsNamed) {
+  const std::string log = Path("client_names.log");
+  absl::StatusOr<std::unique_ptr<ServerProcess>> started =
+      ServerProcess::StartFromEnvironment(
+          {absl::StrCat("--tls_cert=", Path("server.pem")),
+           absl::StrCat("--tls_key=", Path("server.key")),
+           absl::StrCat("--tls_client_ca=", Path("ca.pem")),
+           "--tls_client_names=spiffe://example.org/batch,ops",
+           "--log_level=warning"},
+          absl::Seconds(60), log);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServerProcess& server = **started;
+  const auto with_certificate = [&](const std::string& name) {
+    ClientOptions options;
+    options.tls_root_certs_pem = Pem("ca.pem");
+    options.tls_cert_chain_pem = Pem(name + ".pem");
+    options.tls_private_key_pem = Pem(name + ".key");
+    return Connect(server, options);
+  };
+  // Named by a subject alternative name (a URI), or by the common name of a
+  // certificate that has no alternative names.
+  for (const std::string name : {"batch", "ops"}) {
+    EXPECT_EQ(Calls(*with_certificate(name)),
+              (Codes{kOk, kOk, kOk, absl::StatusCode::kUnimplemented}))
+        << name;
+  }
+  // A certificate from the same CA that names no allowed client is refused on
+  // every method, and told its own names; health stays open.
+  std::unique_ptr<Client> other = with_certificate("client");
+  constexpr absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
+  EXPECT_EQ(Calls(*other), (Codes{kDenied, kDenied, kDenied,
+                                  absl::StatusCode::kUnimplemented}));
+  const absl::Status refused =
+      other->Transpose({DataType::kUInt8, {1, 1, 1}, std::vector<uint8_t>{1}})
+          .status();
+  // Its common name first, then its alternative names in gRPC's order.
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::AllOf(
+                  ::testing::StartsWith("the client certificate (\"client\", "),
+                  ::testing::HasSubstr("\"localhost\""),
+                  ::testing::HasSubstr("\"127.0.0.1\""),
+                  ::testing::EndsWith(
+                      ") names none of the clients this server serves")));
+  EXPECT_FALSE(IsRetryable(refused));
+  EXPECT_TRUE(other->CheckHealth().value_or(false));
+  EXPECT_EQ(server.AwaitMetric("transpose_requests_total{code="
+                               "\"PERMISSION_DENIED\",method=\"Transpose\"}",
+                               2),
+            2);
+  EXPECT_THAT(ReadFile(log).value_or(""),
+              ::testing::ContainsRegex(
+                  "Transpose from a TLS client with a certificate for [^ ]+ "
+                  "was refused at its headers: PERMISSION_DENIED: the client "
+                  "certificate \\(\"client\""));
 }
 
 TEST_F(SecurityTest, BearerTokenGuardsEveryCallButHealth) {
@@ -509,6 +571,23 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
     EXPECT_EQ(code, 1) << text;
     EXPECT_THAT(text, ::testing::HasSubstr(message));
     EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("port")));
+  }
+  // Flags that do not fit together: exit 2 (a usage error) and the reason.
+  const std::string client_ca =
+      absl::StrCat("--tls_client_ca=", Path("ca.pem"));
+  for (const auto& [args, message] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{cert, key, "--tls_client_names=batch"},
+            "--tls_client_names=batch: expected --tls_client_ca with it"},
+           {{cert, key, client_ca, "--tls_client_names=batch,,ops"},
+            "--tls_client_names=batch,,ops: expected names without empty "
+            "ones"}}) {
+    std::vector<std::string> command = {"--backend=cpu",
+                                        "--address=127.0.0.1:0"};
+    command.insert(command.end(), args.begin(), args.end());
+    const auto [code, text] = ServerProcess::RunUntilExit(command);
+    EXPECT_EQ(code, 2) << text;
+    EXPECT_THAT(text, ::testing::HasSubstr(message));
   }
   // A file that cannot be read: exit 1 and a message naming flag and file. A
   // directory used to abort the server.
