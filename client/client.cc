@@ -69,6 +69,27 @@ absl::Status GaveUp(const absl::Status& last, int attempts,
                                              attempts, " ", why, ")")));
 }
 
+// 16 random hex digits: unique enough to find one call in a server's log.
+std::string NewRequestId() {
+  // One generator per thread: absl::BitGen is not safe to share, and seeding
+  // one per call would read the OS's entropy each time.
+  thread_local absl::BitGen generator;
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(generator));
+}
+
+// `status` with " [request ID]" after its message, its payloads (the retry
+// mark) kept.
+absl::Status WithRequestId(const absl::Status& status,
+                           absl::string_view request_id) {
+  absl::Status named(status.code(), absl::StrCat(status.message(), " [request ",
+                                                 request_id, "]"));
+  status.ForEachPayload(
+      [&named](absl::string_view type, const absl::Cord& payload) {
+        named.SetPayload(type, payload);
+      });
+  return named;
+}
+
 absl::Status CancelledByCaller() {
   return absl::CancelledError("the call was cancelled by its caller");
 }
@@ -357,10 +378,13 @@ absl::Time Client::DeadlineAfter(std::optional<absl::Duration> timeout) const {
                                            : absl::Now() + after;
 }
 
-void Client::PrepareContext(grpc::ClientContext& context,
-                            absl::Time deadline) const {
+void Client::PrepareContext(grpc::ClientContext& context, absl::Time deadline,
+                            absl::string_view request_id) const {
   if (deadline != absl::InfiniteFuture()) {
     context.set_deadline(absl::ToChronoTime(deadline));
+  }
+  if (!request_id.empty()) {
+    context.AddMetadata(api::kRequestIdKey, std::string(request_id));
   }
   if (!options_.bearer_token.empty()) {
     context.AddMetadata("authorization",
@@ -395,6 +419,20 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     return absl::InvalidArgumentError(absl::StrFormat(
         "output holds %d bytes; the result needs %d", output.size(), bytes));
   }
+  if (!call.request_id.empty()) {
+    TRANSPOSE_RETURN_IF_ERROR(api::CheckRequestId(call.request_id));
+  }
+  CallOptions named = call;
+  if (named.request_id.empty()) named.request_id = NewRequestId();
+  absl::StatusOr<TransposeStats> stats =
+      TransposeAttempts(input, output, named, bytes);
+  if (stats.ok() || call.cancelled()) return stats;
+  return WithRequestId(stats.status(), named.request_id);
+}
+
+absl::StatusOr<TransposeStats> Client::TransposeAttempts(
+    const MatrixView& input, absl::Span<uint8_t> output,
+    const CallOptions& call, uint64_t bytes) {
   const bool unary = !call.force_stream && bytes <= options_.unary_max_bytes;
   const absl::Duration timeout =
       call.timeout.value_or(options_.default_timeout);
@@ -455,7 +493,7 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   request.set_data(input.data.data(), input.data.size());
   v1::TransposeResponse response;
   grpc::ClientContext context;
-  PrepareContext(context, deadline);
+  PrepareContext(context, deadline, call.request_id);
   const CallCanceller::Scope cancel_scope(call.canceller, context);
   const grpc::Status status = stub_->Transpose(&context, request, &response);
   if (!status.ok()) {
@@ -484,7 +522,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                                               absl::Time deadline,
                                               RetryAdvice& advice) {
   grpc::ClientContext context;
-  PrepareContext(context, deadline);
+  PrepareContext(context, deadline, call.request_id);
   const CallCanceller::Scope cancel_scope(call.canceller, context);
   grpc::CompletionQueue queue;
   // Waits for the one operation in flight; false when it failed (the call is
@@ -634,10 +672,12 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
 
 absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   grpc::ClientContext context;
-  PrepareContext(context, DeadlineAfter(timeout));
+  const std::string request_id = NewRequestId();
+  PrepareContext(context, DeadlineAfter(timeout), request_id);
   v1::ServerInfo info;
-  TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(
-      stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info)));
+  const absl::Status status = api::FromGrpcStatus(
+      stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info));
+  if (!status.ok()) return WithRequestId(status, request_id);
   return info;
 }
 
@@ -659,7 +699,7 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   grpc::ClientContext context;
-  PrepareContext(context, DeadlineAfter(timeout));
+  PrepareContext(context, DeadlineAfter(timeout), "");
   grpc::GenericStub stub(channel_);
   Notification done;
   grpc::Status status;

@@ -188,6 +188,12 @@ struct CallOptions {
   std::function<void(const TransferProgress&)> on_progress;
   // Ends the call CANCELLED when cancelled; must outlive the call.
   CallCanceller* canceller = nullptr;
+  // Names the call in the server's log lines about it (sent as
+  // api::kRequestIdKey, the same for each attempt), and ends the message of a
+  // failed call as " [request ID]", so that a failure reported by a user can
+  // be found in the server's log. 1 to 128 printable ASCII characters without
+  // spaces (a UUID, a W3C traceparent); empty: a random one.
+  std::string request_id;
 
   bool cancelled() const {
     return canceller != nullptr && canceller->cancelled();
@@ -267,8 +273,14 @@ class Client {
   static bool Retriable(const absl::Status& status, const RetryAdvice& advice);
   // A call's deadline: `timeout` from now, or the client's default.
   absl::Time DeadlineAfter(std::optional<absl::Duration> timeout) const;
-  // Sets the call's deadline and credentials metadata.
-  void PrepareContext(grpc::ClientContext& context, absl::Time deadline) const;
+  // TransposeInto's attempts, under `call.request_id`.
+  absl::StatusOr<TransposeStats> TransposeAttempts(const MatrixView& input,
+                                                   absl::Span<uint8_t> output,
+                                                   const CallOptions& call,
+                                                   uint64_t bytes);
+  // Sets the call's deadline, credentials and request id (when not empty).
+  void PrepareContext(grpc::ClientContext& context, absl::Time deadline,
+                      absl::string_view request_id) const;
 
   const ClientOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;

@@ -2,6 +2,9 @@
 
 #include <string>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
 namespace transpose::api {
 
 DataType FromProto(v1::DataType dtype) { return static_cast<DataType>(dtype); }
@@ -50,6 +53,22 @@ void ToProto(const TransposeStats& stats, v1::TransposeStats& proto) {
   proto.set_copy_in_seconds(stats.copy_in_seconds);
   proto.set_copy_out_seconds(stats.copy_out_seconds);
   proto.set_total_seconds(stats.total_seconds);
+}
+
+absl::Status CheckRequestId(absl::string_view id) {
+  if (id.empty() || id.size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request id of ", id.size(), " characters: expected 1 to ",
+                     kMaxRequestIdBytes));
+  }
+  for (const char c : id) {
+    if (c <= ' ' || c > '~') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request id \"", absl::CHexEscape(id),
+          "\": expected printable ASCII characters without spaces"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

@@ -6,10 +6,12 @@
 
 #include <grpcpp/support/status.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/transpose_args.h"
 #include "server/core/matrix.h"
 #include "server/core/stats.h"
@@ -34,6 +36,15 @@ void ToProto(const TransposeStats& stats, v1::TransposeStats& proto);
 // Trailing metadata by which a server tells clients whether, and after how
 // many milliseconds, to retry a failed call (gRFC A6); negative: do not.
 inline constexpr char kRetryPushbackKey[] = "grpc-retry-pushback-ms";
+
+// Metadata that names a call in the logs of both sides: the client library
+// sends one with every call (the caller's own, or a random one, the same for
+// each attempt), and the server's log lines for the call carry it.
+inline constexpr char kRequestIdKey[] = "x-request-id";
+inline constexpr size_t kMaxRequestIdBytes = 128;
+// OK for 1 to kMaxRequestIdBytes printable ASCII characters without spaces (a
+// UUID, a W3C traceparent); INVALID_ARGUMENT saying why otherwise.
+absl::Status CheckRequestId(absl::string_view id);
 
 // The most data one message may carry: gRPC's message sizes are 32-bit, and
 // the header fields and framing need room on top.

@@ -5,9 +5,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -30,19 +32,35 @@ namespace {
 // clients whose own policies follow the pushback to the letter.
 constexpr int kRetryPushbackMs = 100;
 
+// How the call's log lines name it: " [request ID]" with the client's request
+// id (api::kRequestIdKey), escaped and cut short where it is not one the
+// client library would send, so no caller can forge or flood a log line; ""
+// without one.
+template <typename Metadata>
+std::string RequestIdSuffix(const Metadata& metadata) {
+  const auto found = metadata.find(api::kRequestIdKey);
+  if (found == metadata.end()) return "";
+  absl::string_view id(found->second.data(), found->second.size());
+  if (api::CheckRequestId(id).ok()) return absl::StrCat(" [request ", id, "]");
+  return absl::StrCat(" [request \"",
+                      absl::CHexEscape(id.substr(0, api::kMaxRequestIdBytes)),
+                      "\", not a valid id]");
+}
+
 // The warning line of a failed call, up to `failure_log`'s rate; the next line
 // that goes out counts those held back.
 // `outcome`: "failed after 0.5s", or "was refused at its headers".
+// `request`: RequestIdSuffix's.
 void LogFailedCall(LogRateLimiter& failure_log, absl::string_view method,
                    absl::string_view peer, absl::string_view outcome,
-                   const absl::Status& status) {
+                   const absl::Status& status, absl::string_view request) {
   uint64_t held_back = 0;
   if (!LogEnabled(LogLevel::kWarning) ||
       !failure_log.Allow(absl::Now(), &held_back)) {
     return;
   }
-  Log(LogLevel::kWarning, "%s from %s %s: %s: %s%s", method, peer, outcome,
-      absl::StatusCodeToString(status.code()), status.message(),
+  Log(LogLevel::kWarning, "%s from %s %s: %s: %s%s%s", method, peer, outcome,
+      absl::StatusCodeToString(status.code()), status.message(), request,
       held_back == 0
           ? ""
           : absl::StrCat(" (and ", held_back,
@@ -65,6 +83,7 @@ class RpcScope {
         method_(method),
         peer_(context.peer()),
         caller_(PeerHost(peer_)),
+        request_(RequestIdSuffix(context.client_metadata())),
         start_(absl::Now()) {
     metrics_.inflight_requests().Increment();
   }
@@ -107,10 +126,11 @@ class RpcScope {
     metrics_.RecordRequest(method_, status.code(), seconds);
     if (!status.ok()) {
       LogFailedCall(failure_log_, RpcMethodName(method_), peer_,
-                    absl::StrFormat("failed after %.6fs", seconds), status);
+                    absl::StrFormat("failed after %.6fs", seconds), status,
+                    request_);
     } else {
-      Log(LogLevel::kDebug, "%s from %s ok in %.6fs", RpcMethodName(method_),
-          peer_, seconds);
+      Log(LogLevel::kDebug, "%s from %s ok in %.6fs%s", RpcMethodName(method_),
+          peer_, seconds, request_);
     }
   }
 
@@ -123,6 +143,7 @@ class RpcScope {
   const RpcMethod method_;
   const std::string peer_;
   const std::string caller_;
+  const std::string request_;
   const absl::Time start_;
 };
 
@@ -564,7 +585,7 @@ class TransposeService::HeaderCheck final : public grpc::AuthMetadataProcessor {
     LogFailedCall(
         service_.failure_log_,
         known.has_value() ? RpcMethodName(*known) : "an unknown method", peer,
-        "was refused at its headers", status);
+        "was refused at its headers", status, RequestIdSuffix(metadata));
     return api::ToGrpcStatus(status);
   }
 

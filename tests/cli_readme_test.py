@@ -234,8 +234,9 @@ class CliReadmeTest(unittest.TestCase):
                                     capture_output=True, text=True, timeout=120)
             self.assertEqual(result.returncode, 1, result.stderr)
             self.assertIn("DEADLINE_EXCEEDED", result.stderr)
-            self.assertIn("(the call's timeout of 2s passed); a longer --deadline",
-                          result.stderr)
+            # The request id names the call in the server's log.
+            self.assertRegex(result.stderr, r"\(the call's timeout of 2s passed\) "
+                             r"\[request [0-9a-f]{16}\]; a longer --deadline")
 
     def test_a_deadline_that_is_not_positive_is_a_usage_error(self):
         for deadline in ("0s", "-1s"):

@@ -253,7 +253,7 @@ TEST_F(SecurityTest, ClientNamesNarrowMutualTlsToTheClientsNamed) {
                   ::testing::StartsWith("the client certificate (\"client\", "),
                   ::testing::HasSubstr("\"localhost\""),
                   ::testing::HasSubstr("\"127.0.0.1\""),
-                  ::testing::EndsWith(
+                  ::testing::HasSubstr(
                       ") names none of the clients this server serves")));
   EXPECT_FALSE(IsRetryable(refused));
   EXPECT_TRUE(other->CheckHealth().value_or(false));

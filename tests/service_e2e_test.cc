@@ -4,11 +4,15 @@
 // TRANSPOSE_TEST_BACKEND (cpu in CI; cuda on the GPU machine).
 #include <grpcpp/generic/generic_stub.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +22,8 @@
 #include "client/metrics_scrape.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "server/core/files.h"
 #include "tests/reference_transpose.h"
 #include "tests/reflection_client.h"
 #include "tests/server_process.h"
@@ -552,6 +558,96 @@ TEST_F(ServiceTest, ReflectionListsTheServices) {
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_THAT(*names, ::testing::IsSupersetOf({"transpose.v1.TransposeService",
                                                "grpc.health.v1.Health"}));
+}
+
+// The id a call carries (the caller's or the library's own) ends the message
+// of its failure and the server's log lines about it, so one can be found from
+// the other; one that a raw client makes up is escaped there.
+TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
+  char log_template[] = "/tmp/transpose-request-id-XXXXXX";
+  const int log_fd = mkstemp(log_template);
+  ASSERT_GE(log_fd, 0);
+  close(log_fd);
+  const std::string log = log_template;
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::StartFromEnvironment(
+          {"--max_matrix_bytes=1024", "--log_level=debug",
+           "--unready_seconds=0"},
+          absl::Seconds(60), log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions options;
+  options.target = (*server)->address();
+  std::unique_ptr<Client> client = *Client::Create(options);
+  const std::vector<uint8_t> over(2048, 1);
+  const MatrixView too_large{DataType::kUInt8, {1, 32, 64}, over};
+
+  CallOptions named;
+  named.request_id = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  for (const bool stream : {false, true}) {
+    named.force_stream = stream;
+    const absl::Status refused = client->Transpose(too_large, named).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(
+        std::string(refused.message()),
+        ::testing::EndsWith(absl::StrCat(" [request ", named.request_id, "]")));
+  }
+  // Without one, the library makes one up, different for each call.
+  std::vector<std::string> made_up;
+  for (int i = 0; i < 2; ++i) {
+    const absl::Status refused = client->Transpose(too_large).status();
+    const std::string message(refused.message());
+    std::smatch id;
+    ASSERT_TRUE(std::regex_search(
+        message, id, std::regex(R"( \[request ([0-9a-f]{16})\]$)")))
+        << refused;
+    made_up.push_back(id[1]);
+  }
+  EXPECT_NE(made_up[0], made_up[1]);
+  const std::vector<uint8_t> fits(512, 1);
+  named.force_stream = false;
+  named.request_id = "fits-1";
+  EXPECT_TRUE(
+      client->Transpose({DataType::kUInt8, {1, 16, 32}, fits}, named).ok());
+  // An id the library would not send is refused before anything is sent.
+  named.request_id = "two words";
+  EXPECT_EQ(client->Transpose({DataType::kUInt8, {1, 16, 32}, fits}, named)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // A raw client's id with a space, and one far too long: escaped and cut.
+  for (const std::string& id :
+       {std::string("two \"words\""), std::string(300, 'x')}) {
+    grpc::ClientContext context;
+    context.AddMetadata(api::kRequestIdKey, id);
+    v1::TransposeResponse response;
+    EXPECT_FALSE(v1::TransposeService::NewStub(client->channel())
+                     ->Transpose(&context, v1::TransposeRequest(), &response)
+                     .ok());
+  }
+
+  const std::string text =
+      (*server)->Stop(SIGTERM) == 0 ? ReadFile(log).value_or("") : "";
+  std::remove(log.c_str());
+  for (const std::string& method : {"Transpose", "TransposeStream"}) {
+    EXPECT_THAT(text,
+                ::testing::ContainsRegex(absl::StrCat(
+                    method,
+                    " from [^ ]+ failed after [0-9.]+s: "
+                    "RESOURCE_EXHAUSTED: .* \\[request "
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-"
+                    "01\\]")));
+  }
+  for (const std::string& id : made_up) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("[request ", id, "]")));
+  }
+  EXPECT_THAT(text, ::testing::ContainsRegex(
+                        "Transpose from [^ ]+ ok in [0-9.]+s \\[request "
+                        "fits-1\\]"));
+  EXPECT_THAT(text,
+              HasSubstr("[request \"two \\\"words\\\"\", not a valid id]"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("[request \"", std::string(128, 'x'),
+                                           "\", not a valid id]")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr(std::string(129, 'x'))));
 }
 
 }  // namespace
