@@ -1,11 +1,10 @@
 #include "server/access_control.h"
 
-#include <grpc/grpc_security_constants.h>
-
 #include <algorithm>
 #include <iterator>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -51,13 +50,19 @@ absl::Status CheckClientName(const std::vector<std::string>& names,
     }
   }
   // The client learns only its own certificate's names, which helps whoever
-  // set it up and tells it nothing about the list.
+  // set it up and tells it nothing about the list; escaped and cut, since a
+  // CA may sign any bytes there and the message goes to the log too.
   constexpr size_t kShown = 8;
-  std::vector<std::string> shown(
-      names.begin(), names.begin() + std::min(names.size(), kShown));
+  constexpr size_t kShownBytes = 128;
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < names.size() && i < kShown; ++i) {
+    shown.push_back(absl::StrCat(
+        "\"",
+        absl::CHexEscape(absl::string_view(names[i]).substr(0, kShownBytes)),
+        names[i].size() > kShownBytes ? "...\"" : "\""));
+  }
   std::string described =
-      names.empty() ? "no names"
-                    : absl::StrCat("\"", absl::StrJoin(shown, "\", \""), "\"");
+      names.empty() ? "no names" : absl::StrJoin(shown, ", ");
   if (names.size() > kShown) {
     absl::StrAppend(&described, " and ", names.size() - kShown, " more");
   }
@@ -68,14 +73,16 @@ absl::Status CheckClientName(const std::vector<std::string>& names,
 
 std::vector<std::string> AccessControl::CertificateNames(
     const grpc::AuthContext& auth) {
+  // gRPC's peer identity: the subject alternative names, or the common name
+  // of a certificate without any (as RFC 6125 has it: a CA that issues names
+  // of its own for a service need not also police what it puts in the CN).
   std::vector<std::string> names;
-  for (const char* property :
-       {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
-    for (const grpc::string_ref& value : auth.FindPropertyValues(property)) {
-      std::string name(value.data(), value.size());
-      if (std::find(names.begin(), names.end(), name) == names.end()) {
-        names.push_back(std::move(name));
-      }
+  for (const grpc::string_ref& value : auth.GetPeerIdentity()) {
+    // gRPC gives an absent common name as "".
+    if (value.empty()) continue;
+    std::string name(value.data(), value.size());
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      names.push_back(std::move(name));
     }
   }
   return names;
@@ -122,6 +129,12 @@ absl::Status AccessControl::Check(
     return absl::UnauthenticatedError(
         "a verified client certificate is required");
   }
+  // Before the token: a certificate that names no allowed client learns only
+  // that, whatever token it sends, so the token cannot be probed with it.
+  if (!client_names_.empty()) {
+    TRANSPOSE_RETURN_IF_ERROR(
+        CheckClientName(CertificateNames(*auth), client_names_));
+  }
   if (tokens_on_) {
     const auto [first, end] = metadata.equal_range("authorization");
     if (first == end) {
@@ -135,12 +148,6 @@ absl::Status AccessControl::Check(
     TRANSPOSE_RETURN_IF_ERROR(CheckBearer(
         absl::string_view(first->second.data(), first->second.size()),
         *tokens()));
-  }
-  // Who the caller is, before what it may do: an unauthenticated call learns
-  // nothing about the allowed names.
-  if (!client_names_.empty()) {
-    TRANSPOSE_RETURN_IF_ERROR(
-        CheckClientName(CertificateNames(*auth), client_names_));
   }
   return absl::OkStatus();
 }

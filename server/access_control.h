@@ -27,9 +27,8 @@ struct AccessPolicy {
   std::vector<std::string> tokens;
   // Calls must come over TLS with a client certificate the server verified.
   bool require_client_certificate = false;
-  // Non-empty: that certificate must also name one of these, as its common
-  // name or as one of its subject alternative names (exactly; no wildcards).
-  // Implies require_client_certificate.
+  // Non-empty: that certificate must also name one of these (CertificateNames;
+  // exactly, case included; no wildcards). Implies require_client_certificate.
   std::vector<std::string> client_names;
 };
 
@@ -52,8 +51,9 @@ class AccessControl {
   // not turned on or off.
   bool enabled() const { return tokens_on_ || require_client_certificate_; }
 
-  // The names a verified client certificate is allowed by: its common name
-  // and subject alternative names, as gRPC's `auth` context gives them.
+  // The names a verified client certificate is allowed by: its subject
+  // alternative names (DNS, URI, email, IP as text), or the common name of a
+  // certificate without any; gRPC's peer identity in `auth`.
   static std::vector<std::string> CertificateNames(
       const grpc::AuthContext& auth);
 

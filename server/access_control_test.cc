@@ -52,6 +52,13 @@ TEST(AccessControlTest, AnyNameOfTheCertificateMustBeAllowedExactly) {
             absl::PermissionDeniedError(
                 "the client certificate (no names) names none of the clients "
                 "this server serves"));
+  // Names are escaped and cut: a CA may sign any bytes there.
+  EXPECT_EQ(CheckClientName({"a\nWARNING forged \"x\"", std::string(200, 'n')},
+                            allowed),
+            absl::PermissionDeniedError(absl::StrCat(
+                "the client certificate (\"a\\nWARNING forged \\\"x\\\"\", \"",
+                std::string(128, 'n'),
+                "...\") names none of the clients this server serves")));
   // A certificate with many names is not echoed whole.
   std::vector<std::string> many;
   for (int i = 0; i < 20; ++i) many.push_back(absl::StrCat("n", i));

@@ -21,6 +21,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -124,9 +125,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "TLS). Health checks stay open to callers without one.");
 ABSL_FLAG(std::vector<std::string>, tls_client_names, {},
           "With --tls_client_ca: serve only clients whose certificate names "
-          "one of these (comma-separated), as its common name or a subject "
-          "alternative name, exactly. Others get PERMISSION_DENIED; health "
-          "checks stay open. Empty: any certificate from that CA.");
+          "one of these (comma-separated, exactly): a subject alternative "
+          "name (DNS, URI, email, IP), or the common name of a certificate "
+          "without any. Others get PERMISSION_DENIED; health checks stay "
+          "open. Empty: any certificate from that CA.");
 ABSL_FLAG(int, tls_reload_seconds, 10,
           "Read the --tls_cert, --tls_key and --tls_client_ca files again this "
           "often (at least 1): new connections get what they hold then, so a "
@@ -258,10 +260,16 @@ absl::Status CheckFlags() {
         absl::StrCat("--tls_client_names=", absl::StrJoin(client_names, ","),
                      ": expected --tls_client_ca with it"));
   }
-  if (absl::c_linear_search(client_names, "")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tls_client_names=", absl::StrJoin(client_names, ","),
-                     ": expected names without empty ones between commas"));
+  for (const std::string& name : client_names) {
+    // A space after a comma would otherwise make a name no certificate has.
+    if (name.empty() ||
+        absl::c_any_of(name, [](char c) { return c <= ' ' || c > '~'; })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tls_client_names=",
+          absl::CHexEscape(absl::StrJoin(client_names, ",")),
+          ": expected names of printable characters without spaces, one "
+          "between each two commas"));
+    }
   }
   if (absl::GetFlag(FLAGS_tls_reload_seconds) < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

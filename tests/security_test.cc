@@ -219,53 +219,67 @@ TEST_F(SecurityTest, ClientNamesNarrowMutualTlsToTheClientsNamed) {
           {absl::StrCat("--tls_cert=", Path("server.pem")),
            absl::StrCat("--tls_key=", Path("server.key")),
            absl::StrCat("--tls_client_ca=", Path("ca.pem")),
-           "--tls_client_names=spiffe://example.org/batch,ops",
+           "--tls_client_names=spiffe://example.org/batch,ops,client",
+           absl::StrCat("--auth_token_file=", Path("token")),
            "--log_level=warning"},
           absl::Seconds(60), log);
   ASSERT_TRUE(started.ok()) << started.status();
   ServerProcess& server = **started;
-  const auto with_certificate = [&](const std::string& name) {
+  const auto with_certificate = [&](const std::string& name,
+                                    const std::string& token) {
     ClientOptions options;
     options.tls_root_certs_pem = Pem("ca.pem");
     options.tls_cert_chain_pem = Pem(name + ".pem");
     options.tls_private_key_pem = Pem(name + ".key");
+    options.bearer_token = token;
     return Connect(server, options);
   };
+  constexpr absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
+  constexpr absl::StatusCode kNoReflection = absl::StatusCode::kUnimplemented;
   // Named by a subject alternative name (a URI), or by the common name of a
-  // certificate that has no alternative names.
+  // certificate that has no alternative names; the token is still needed.
   for (const std::string name : {"batch", "ops"}) {
-    EXPECT_EQ(Calls(*with_certificate(name)),
-              (Codes{kOk, kOk, kOk, absl::StatusCode::kUnimplemented}))
+    EXPECT_EQ(Calls(*with_certificate(name, "s3cret-token")),
+              (Codes{kOk, kOk, kOk, kNoReflection}))
+        << name;
+    EXPECT_EQ(Calls(*with_certificate(name, "")),
+              (Codes{kUnauthenticated, kUnauthenticated, kUnauthenticated,
+                     kNoReflection}))
         << name;
   }
   // A certificate from the same CA that names no allowed client is refused on
-  // every method, and told its own names; health stays open.
-  std::unique_ptr<Client> other = with_certificate("client");
-  constexpr absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
-  EXPECT_EQ(Calls(*other), (Codes{kDenied, kDenied, kDenied,
-                                  absl::StatusCode::kUnimplemented}));
+  // every method, with the token or without (so it cannot tell whether a
+  // token is right), and told its own names; health stays open. Its common
+  // name is on the list, but a certificate with alternative names is named
+  // by those alone.
+  for (const std::string token : {"s3cret-token", "wrong-token"}) {
+    EXPECT_EQ(Calls(*with_certificate("client", token)),
+              (Codes{kDenied, kDenied, kDenied, kNoReflection}))
+        << token;
+  }
+  std::unique_ptr<Client> other = with_certificate("client", "s3cret-token");
   const absl::Status refused =
       other->Transpose({DataType::kUInt8, {1, 1, 1}, std::vector<uint8_t>{1}})
           .status();
-  // Its common name first, then its alternative names in gRPC's order.
-  EXPECT_THAT(std::string(refused.message()),
-              ::testing::AllOf(
-                  ::testing::StartsWith("the client certificate (\"client\", "),
-                  ::testing::HasSubstr("\"localhost\""),
-                  ::testing::HasSubstr("\"127.0.0.1\""),
-                  ::testing::HasSubstr(
-                      ") names none of the clients this server serves")));
+  EXPECT_THAT(
+      std::string(refused.message()),
+      ::testing::AllOf(::testing::StartsWith("the client certificate (\""),
+                       ::testing::HasSubstr("\"localhost\""),
+                       ::testing::HasSubstr("\"127.0.0.1\""),
+                       ::testing::Not(::testing::HasSubstr("\"client\"")),
+                       ::testing::HasSubstr(
+                           ") names none of the clients this server serves")));
   EXPECT_FALSE(IsRetryable(refused));
   EXPECT_TRUE(other->CheckHealth().value_or(false));
   EXPECT_EQ(server.AwaitMetric("transpose_requests_total{code="
                                "\"PERMISSION_DENIED\",method=\"Transpose\"}",
-                               2),
-            2);
+                               3),
+            3);
   EXPECT_THAT(ReadFile(log).value_or(""),
               ::testing::ContainsRegex(
                   "Transpose from a TLS client with a certificate for [^ ]+ "
                   "was refused at its headers: PERMISSION_DENIED: the client "
-                  "certificate \\(\"client\""));
+                  "certificate \\(\""));
 }
 
 TEST_F(SecurityTest, BearerTokenGuardsEveryCallButHealth) {
@@ -580,8 +594,10 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
            {{cert, key, "--tls_client_names=batch"},
             "--tls_client_names=batch: expected --tls_client_ca with it"},
            {{cert, key, client_ca, "--tls_client_names=batch,,ops"},
-            "--tls_client_names=batch,,ops: expected names without empty "
-            "ones"}}) {
+            "--tls_client_names=batch,,ops: expected names of printable "
+            "characters without spaces"},
+           {{cert, key, client_ca, "--tls_client_names=batch, ops"},
+            "--tls_client_names=batch, ops: expected names"}}) {
     std::vector<std::string> command = {"--backend=cpu",
                                         "--address=127.0.0.1:0"};
     command.insert(command.end(), args.begin(), args.end());
