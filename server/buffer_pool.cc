@@ -92,7 +92,9 @@ BufferPool::BufferPool(std::unique_ptr<MemoryAllocator> allocator,
 
 BufferPool::~BufferPool() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [capacity, data] : idle_) allocator_->Free(data, capacity);
+  for (const auto& [capacity, idle] : idle_) {
+    allocator_->Free(idle.data, capacity);
+  }
 }
 
 absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
@@ -106,7 +108,7 @@ absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
     auto it = idle_.lower_bound(capacity);
     if (it != idle_.end() && it->first <= 2 * capacity) {
       buffer.capacity_ = it->first;
-      buffer.data_ = it->second;
+      buffer.data_ = it->second.data;
       idle_bytes_ -= it->first;
       idle_.erase(it);
       return buffer;
@@ -125,16 +127,33 @@ absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
 }
 
 void BufferPool::Release(uint8_t* data, size_t capacity) {
+  // Freed outside the lock: unpinning memory can take milliseconds.
+  std::vector<std::pair<uint8_t*, size_t>> freed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (idle_bytes_ + capacity <= max_idle_bytes_) {
-      idle_.emplace(capacity, data);
+    if (capacity > max_idle_bytes_) {
+      freed.emplace_back(data, capacity);
+    } else {
+      // The buffer just used is the likeliest to be wanted again: a pool full
+      // of one burst's sizes would otherwise allocate and free every request
+      // of another size for good.
+      while (idle_bytes_ + capacity > max_idle_bytes_) {
+        auto oldest = idle_.begin();
+        for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+          if (it->second.released < oldest->second.released) oldest = it;
+        }
+        freed.emplace_back(oldest->second.data, oldest->first);
+        idle_bytes_ -= oldest->first;
+        idle_.erase(oldest);
+      }
+      idle_.emplace(capacity, Idle{data, ++releases_});
       idle_bytes_ += capacity;
-      return;
     }
-    allocated_bytes_ -= capacity;
+    for (const auto& [unused, bytes] : freed) allocated_bytes_ -= bytes;
   }
-  allocator_->Free(data, capacity);
+  for (const auto& [freed_data, bytes] : freed) {
+    allocator_->Free(freed_data, bytes);
+  }
 }
 
 size_t BufferPool::allocated_bytes() const {

@@ -9,6 +9,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -52,8 +54,9 @@ class BufferPool {
     size_t capacity_ = 0;
   };
 
-  // Keeps up to `max_idle_bytes` of released buffers for reuse and frees the
-  // rest.
+  // Keeps up to `max_idle_bytes` of released buffers for reuse. A released
+  // buffer that does not fit beside them displaces those released longest ago,
+  // so the pool follows the sizes in use now.
   BufferPool(std::unique_ptr<MemoryAllocator> allocator, size_t max_idle_bytes);
   ~BufferPool();
 
@@ -73,7 +76,12 @@ class BufferPool {
   const std::unique_ptr<MemoryAllocator> allocator_;
   const size_t max_idle_bytes_;
   mutable std::mutex mutex_;
-  std::multimap<size_t, uint8_t*> idle_;
+  struct Idle {
+    uint8_t* data;
+    uint64_t released;  // Order of release: the smallest went idle first.
+  };
+  std::multimap<size_t, Idle> idle_;
+  uint64_t releases_ = 0;
   size_t idle_bytes_ = 0;
   size_t allocated_bytes_ = 0;
 };

@@ -88,6 +88,36 @@ TEST(BufferPoolTest, FreesWhatExceedsTheIdleBound) {
   EXPECT_EQ(pool.idle_bytes(), 0u);
 }
 
+TEST(BufferPoolTest, ABufferJustUsedDisplacesTheIdleOnesUsedLongestAgo) {
+  int allocations = 0, frees = 0;
+  BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
+                  8 << 20);
+  uint8_t* older;
+  {
+    // A burst of large requests fills the idle bound.
+    absl::StatusOr<BufferPool::Buffer> a = pool.Acquire(4 << 20);
+    absl::StatusOr<BufferPool::Buffer> b = pool.Acquire(4 << 20);
+    ASSERT_TRUE(a.ok() && b.ok());
+    older = a->data();
+    a->Reset();  // Released first.
+  }
+  EXPECT_EQ(pool.idle_bytes(), size_t{8} << 20);
+  // Then smaller ones, which those buffers are too large for: the first is
+  // kept, in place of the large buffer released first, and the rest reuse it.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(pool.Acquire(1 << 20).ok());
+  }
+  EXPECT_EQ(allocations, 3);
+  EXPECT_EQ(frees, 1);
+  EXPECT_EQ(pool.idle_bytes(), size_t{5} << 20);
+  EXPECT_EQ(pool.allocated_bytes(), size_t{5} << 20);
+  // The large buffer kept is the one released last.
+  absl::StatusOr<BufferPool::Buffer> large = pool.Acquire(4 << 20);
+  ASSERT_TRUE(large.ok());
+  EXPECT_NE(large->data(), older);
+  EXPECT_EQ(allocations, 3);
+}
+
 TEST(BufferPoolTest, ReportsAllocationFailure) {
   int allocations = 0, frees = 0;
   BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
