@@ -78,22 +78,38 @@ bool IsStickyError(cudaError_t error) {
 }
 
 // Pinned host memory, usable by every GPU, so copies run at full PCIe speed.
+// Pinned and unpinned through `device`'s context: the threads that ask (gRPC's)
+// have never chosen a device, so CUDA would use GPU 0's, and a fault there
+// would then refuse every other GPU's pinned memory too and leak what they
+// give back.
 class PinnedAllocator final : public MemoryAllocator {
  public:
+  explicit PinnedAllocator(int device) : device_(device) {}
+
   absl::StatusOr<void*> Allocate(size_t bytes) override {
+    const ScopedDevice scoped(device_);
+    TRANSPOSE_RETURN_IF_ERROR(scoped.status());
     void* data = nullptr;
     // Mapped, so that small jobs' kernels can read and write it directly.
-    cudaError_t error = cudaHostAlloc(
+    const cudaError_t error = cudaHostAlloc(
         &data, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
-    if (error != cudaSuccess) {
-      cudaGetLastError();  // Not sticky; clear it.
+    if (error != cudaSuccess) cudaGetLastError();  // Clear it if not sticky.
+    if (error == cudaErrorMemoryAllocation) {
       return RetryLater(absl::ResourceExhaustedError(
           absl::StrFormat("pinning %d bytes of host memory: %s", bytes,
                           cudaGetErrorString(error))));
     }
+    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
+        error, absl::StrFormat("pinning %d bytes of host memory", bytes)));
     return data;
   }
-  void Free(void* data, size_t) override { cudaFreeHost(data); }
+  void Free(void* data, size_t) override {
+    const ScopedDevice scoped(device_);
+    cudaFreeHost(data);
+  }
+
+ private:
+  const int device_;
 };
 
 float ElapsedMs(cudaEvent_t from, cudaEvent_t to) {
@@ -225,7 +241,7 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options,
     : device_(device),
       options_(options),
       metrics_(metrics),
-      pinned_(std::make_unique<PinnedAllocator>(),
+      pinned_(std::make_unique<PinnedAllocator>(device),
               options.max_idle_pinned_bytes) {}
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
