@@ -440,6 +440,9 @@ absl::Status CudaBackend::Check(cudaError_t error, absl::string_view what) {
         "restarts",
         info_.name, cudaGetErrorName(error), cudaGetErrorString(error), what);
   }
+  // A kernel launch checks for errors with cudaGetLastError, which would
+  // otherwise report this one against the next job on this thread.
+  if (error != cudaSuccess && !IsStickyError(error)) cudaGetLastError();
   return CudaStatus(error, what);
 }
 
