@@ -198,7 +198,7 @@ std::string FormatBenchReport(const BenchOptions& options,
         100 * report.kernel_peak_fraction);
   }
   if (report.errors > 0) {
-    absl::StrAppend(&text, "first error: ", report.first_error.ToString(),
+    absl::StrAppend(&text, "first error: ", StatusText(report.first_error),
                     "\n");
   }
   return text;

@@ -121,7 +121,7 @@ constexpr int kUsageError = 2;
 constexpr int kHealthUnknown = 3;
 
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  std::fprintf(stderr, "error: %s\n", StatusText(status).c_str());
   return 1;
 }
 

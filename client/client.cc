@@ -52,11 +52,17 @@ absl::Status CheckResponseHeader(const MatrixView& input,
   return absl::OkStatus();
 }
 
+// One generator per thread: absl::BitGen is not safe to share, and seeding one
+// per use would read the OS's entropy each time.
+absl::BitGen& ThreadRandom() {
+  thread_local absl::BitGen random;
+  return random;
+}
+
 // A wait drawn from half to all of `backoff`, so that clients refused together
 // do not come back together.
 absl::Duration Jittered(absl::Duration backoff) {
-  thread_local absl::BitGen random;
-  return backoff * absl::Uniform(random, 0.5, 1.0);
+  return backoff * absl::Uniform(ThreadRandom(), 0.5, 1.0);
 }
 
 // The last attempt's error, saying that it was not the first, and marked
@@ -71,10 +77,7 @@ absl::Status GaveUp(const absl::Status& last, int attempts,
 
 // 16 random hex digits: unique enough to find one call in a server's log.
 std::string NewRequestId() {
-  // One generator per thread: absl::BitGen is not safe to share, and seeding
-  // one per call would read the OS's entropy each time.
-  thread_local absl::BitGen generator;
-  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(generator));
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(ThreadRandom()));
 }
 
 // `status` with " [request ID]" after its message, its payloads (the retry
@@ -107,6 +110,12 @@ absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
 }  // namespace
 
 bool IsRetryable(const absl::Status& status) { return IsRetryLater(status); }
+
+std::string StatusText(const absl::Status& status) {
+  if (status.ok()) return "OK";
+  return absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
+                      status.message());
+}
 
 void CallCanceller::Cancel() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -426,7 +435,10 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   if (named.request_id.empty()) named.request_id = NewRequestId();
   absl::StatusOr<TransposeStats> stats =
       TransposeAttempts(input, output, named, bytes);
-  if (stats.ok() || call.cancelled()) return stats;
+  // The caller's own cancel needs no id: the server saw nothing worth finding.
+  if (stats.ok() || (absl::IsCancelled(stats.status()) && call.cancelled())) {
+    return stats;
+  }
   return WithRequestId(stats.status(), named.request_id);
 }
 

@@ -53,6 +53,11 @@ absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
 // that does not resolve, or TLS roots that do not verify the server, give.
 bool IsRetryable(const absl::Status& status);
 
+// "CODE: message" for people: what absl::Status::ToString gives, without the
+// payloads (the retry mark IsRetryable reads), so a failed call's text ends
+// with its request id.
+std::string StatusText(const absl::Status& status);
+
 struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",
   // "ipv4:10.0.0.1:50051,10.0.0.2:50051".

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "server/core/retry.h"
 
 namespace transpose {
 namespace {
@@ -60,6 +61,17 @@ TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << message;
     EXPECT_THAT(status.message(), HasSubstr(message));
   }
+}
+
+TEST(StatusTextTest, CodeAndMessageWithoutPayloads) {
+  // The retry mark would otherwise follow the request id that ends a failed
+  // call's message.
+  const absl::Status refused = RetryLater(
+      absl::UnavailableError("the server is shutting down [request 0a1b]"));
+  EXPECT_TRUE(IsRetryable(refused));
+  EXPECT_EQ(StatusText(refused),
+            "UNAVAILABLE: the server is shutting down [request 0a1b]");
+  EXPECT_EQ(StatusText(absl::OkStatus()), "OK");
 }
 
 TEST(CheckTargetTest, TakesWhatGrpcResolves) {

@@ -109,8 +109,7 @@ absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
     if (it != idle_.end() && it->first <= 2 * capacity) {
       buffer.capacity_ = it->first;
       buffer.data_ = it->second.data;
-      idle_bytes_ -= it->first;
-      idle_.erase(it);
+      EraseIdle(it);
       return buffer;
     }
   }
@@ -138,15 +137,14 @@ void BufferPool::Release(uint8_t* data, size_t capacity) {
       // of one burst's sizes would otherwise allocate and free every request
       // of another size for good.
       while (idle_bytes_ + capacity > max_idle_bytes_) {
-        auto oldest = idle_.begin();
-        for (auto it = idle_.begin(); it != idle_.end(); ++it) {
-          if (it->second.released < oldest->second.released) oldest = it;
-        }
+        const IdleByCapacity::iterator oldest =
+            idle_by_release_.begin()->second;
         freed.emplace_back(oldest->second.data, oldest->first);
-        idle_bytes_ -= oldest->first;
-        idle_.erase(oldest);
+        EraseIdle(oldest);
       }
-      idle_.emplace(capacity, Idle{data, ++releases_});
+      const uint64_t released = ++releases_;
+      idle_by_release_.emplace(released,
+                               idle_.emplace(capacity, Idle{data, released}));
       idle_bytes_ += capacity;
     }
     for (const auto& [unused, bytes] : freed) allocated_bytes_ -= bytes;
@@ -154,6 +152,12 @@ void BufferPool::Release(uint8_t* data, size_t capacity) {
   for (const auto& [freed_data, bytes] : freed) {
     allocator_->Free(freed_data, bytes);
   }
+}
+
+void BufferPool::EraseIdle(IdleByCapacity::iterator it) {
+  idle_bytes_ -= it->first;
+  idle_by_release_.erase(it->second.released);
+  idle_.erase(it);
 }
 
 size_t BufferPool::allocated_bytes() const {

@@ -80,7 +80,13 @@ class BufferPool {
     uint8_t* data;
     uint64_t released;  // Order of release: the smallest went idle first.
   };
-  std::multimap<size_t, Idle> idle_;
+  using IdleByCapacity = std::multimap<size_t, Idle>;
+  // Erases `it` from both indexes. Under mutex_.
+  void EraseIdle(IdleByCapacity::iterator it);
+
+  IdleByCapacity idle_;
+  // The same buffers by `released`, for the displacement.
+  std::map<uint64_t, IdleByCapacity::iterator> idle_by_release_;
   uint64_t releases_ = 0;
   size_t idle_bytes_ = 0;
   size_t allocated_bytes_ = 0;

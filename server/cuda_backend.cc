@@ -42,6 +42,10 @@ class ScopedDevice {
  public:
   explicit ScopedDevice(int device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ == device) {
+      previous_ = -1;  // Nothing to change, nor to put back.
+      return;
+    }
     status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
   }
   ~ScopedDevice() {
@@ -79,9 +83,10 @@ bool IsStickyError(cudaError_t error) {
 
 // Pinned host memory, usable by every GPU, so copies run at full PCIe speed.
 // Pinned and unpinned through `device`'s context: the threads that ask (gRPC's)
-// have never chosen a device, so CUDA would use GPU 0's, and a fault there
-// would then refuse every other GPU's pinned memory too and leak what they
-// give back.
+// have not chosen a device, so CUDA would use GPU 0's, and a fault there would
+// then refuse every other GPU's pinned memory too and leak what they give
+// back. The caller's device is put back after, as for a backend's creation (a
+// thread that never chose one reads as GPU 0's).
 class PinnedAllocator final : public MemoryAllocator {
  public:
   explicit PinnedAllocator(int device) : device_(device) {}

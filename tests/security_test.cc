@@ -27,9 +27,11 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/convert.h"
 #include "server/core/files.h"
 #include "tests/reflection_client.h"
 #include "tests/server_process.h"
+#include "transpose/v1/transpose.grpc.pb.h"
 
 namespace transpose {
 namespace {
@@ -271,15 +273,42 @@ TEST_F(SecurityTest, ClientNamesNarrowMutualTlsToTheClientsNamed) {
                            ") names none of the clients this server serves")));
   EXPECT_FALSE(IsRetryable(refused));
   EXPECT_TRUE(other->CheckHealth().value_or(false));
+  // The log line of a call refused at its headers names it by its request id,
+  // escaped where a raw client's id could forge a line. (After a second: the
+  // calls above used up the failed-call lines of this one.)
+  absl::SleepFor(absl::Milliseconds(1100));
+  CallOptions named;
+  named.request_id = "refused-at-the-headers";
+  EXPECT_EQ(
+      other
+          ->Transpose({DataType::kUInt8, {1, 1, 1}, std::vector<uint8_t>{1}},
+                      named)
+          .status()
+          .code(),
+      kDenied);
+  {
+    grpc::ClientContext context;
+    context.AddMetadata(api::kRequestIdKey, "two \"words\"");
+    v1::TransposeResponse response;
+    EXPECT_EQ(v1::TransposeService::NewStub(other->channel())
+                  ->Transpose(&context, v1::TransposeRequest(), &response)
+                  .error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
   EXPECT_EQ(server.AwaitMetric("transpose_requests_total{code="
                                "\"PERMISSION_DENIED\",method=\"Transpose\"}",
-                               3),
-            3);
-  EXPECT_THAT(ReadFile(log).value_or(""),
-              ::testing::ContainsRegex(
-                  "Transpose from a TLS client with a certificate for [^ ]+ "
-                  "was refused at its headers: PERMISSION_DENIED: the client "
-                  "certificate \\(\""));
+                               5),
+            5);
+  const std::string text = ReadFile(log).value_or("");
+  EXPECT_THAT(text, ::testing::ContainsRegex(
+                        "Transpose from a TLS client with a certificate for "
+                        "[^ ]+ was refused at its headers: PERMISSION_DENIED: "
+                        "the client certificate \\(\""));
+  EXPECT_THAT(text, ::testing::ContainsRegex(
+                        "was refused at its headers: PERMISSION_DENIED: [^\n]* "
+                        "\\[request refused-at-the-headers\\]"));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "[request \"two \\\"words\\\"\", not a valid id]"));
 }
 
 TEST_F(SecurityTest, BearerTokenGuardsEveryCallButHealth) {

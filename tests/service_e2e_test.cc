@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/metrics_scrape.h"
@@ -569,6 +570,7 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
   ASSERT_GE(log_fd, 0);
   close(log_fd);
   const std::string log = log_template;
+  const absl::Cleanup remove_log = [&log] { std::remove(log.c_str()); };
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::StartFromEnvironment(
           {"--max_matrix_bytes=1024", "--log_level=debug",
@@ -627,7 +629,6 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
 
   const std::string text =
       (*server)->Stop(SIGTERM) == 0 ? ReadFile(log).value_or("") : "";
-  std::remove(log.c_str());
   for (const std::string& method : {"Transpose", "TransposeStream"}) {
     EXPECT_THAT(text,
                 ::testing::ContainsRegex(absl::StrCat(
