@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cuda_status.h"
 #include "kernels/gpu_launch.h"
 
 namespace transpose::kernels {
@@ -135,15 +136,7 @@ const char* KernelNameOf(Kernel kernel) {
 }
 }  // namespace internal
 
-namespace {
-
-absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrFormat(
-      "%s: %s (%s)", what, cudaGetErrorString(error), cudaGetErrorName(error)));
-}
-
-}  // namespace
+using internal::CudaStatus;
 
 absl::Span<const absl::string_view> AllKernelNames() {
   static const auto* const names = [] {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "kernels/cuda_status.h"
 #include "kernels/gpu_launch.h"
 #include "kernels/gpu_transpose.h"
 #include "server/buffer_pool.h"
@@ -25,15 +26,7 @@
 namespace transpose {
 namespace {
 
-absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  const std::string message = absl::StrFormat(
-      "%s: %s (%s)", what, cudaGetErrorString(error), cudaGetErrorName(error));
-  if (error == cudaErrorMemoryAllocation) {
-    return absl::ResourceExhaustedError(message);
-  }
-  return absl::InternalError(message);
-}
+using kernels::internal::CudaStatus;
 
 // Makes `device` current on this thread for the scope, then puts back the
 // caller's: creating or destroying a backend must not move its caller's later
