@@ -108,11 +108,16 @@ class RpcScope {
     return reply;
   }
 
-  // The status to hand to gRPC, with the retry advice a refusal carries.
+  // The status to hand to gRPC, with the retry advice a refusal carries: when
+  // to come back, or (for the codes that also mean "busy" or "broken for
+  // now", which gRPC retry policies may list) not to, so that a client's
+  // policy repeats neither an oversized upload nor a query that faulted a GPU.
   grpc::Status Reply(const absl::Status& status) {
     if (IsRetryLater(status)) {
       context_.AddTrailingMetadata(api::kRetryPushbackKey,
                                    absl::StrCat(kRetryPushbackMs));
+    } else if (absl::IsResourceExhausted(status) || absl::IsInternal(status)) {
+      context_.AddTrailingMetadata(api::kRetryPushbackKey, "-1");
     }
     return api::ToGrpcStatus(status);
   }

@@ -446,6 +446,49 @@ TEST_F(ServiceTest, OverTheLimitsIsResourceExhausted) {
   ExpectStillServing();
 }
 
+// gRPC retry policies (gRFC A6) that list RESOURCE_EXHAUSTED would otherwise
+// send an oversized matrix again and again: a final refusal says not to.
+TEST_F(ServiceTest, FinalRefusalsTellRetryPoliciesNotToRetry) {
+  const auto pushback = [](const grpc::ClientContext& context) {
+    const auto& trailers = context.GetServerTrailingMetadata();
+    const auto found = trailers.find(api::kRetryPushbackKey);
+    return found == trailers.end()
+               ? std::string("none")
+               : std::string(found->second.data(), found->second.size());
+  };
+  {
+    grpc::ClientContext context;
+    v1::TransposeResponse response;
+    const grpc::Status status = stub_->Transpose(
+        &context,
+        WithData(Header(v1::DATA_TYPE_UINT8, 1025, 1024), kUnaryLimit + 1024),
+        &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(pushback(context), "-1");
+  }
+  {
+    grpc::ClientContext context;
+    auto stream = stub_->TransposeStream(&context);
+    stream->Write(Header(v1::DATA_TYPE_FLOAT32, 8192, 4096));
+    stream->WritesDone();
+    v1::TransposeResponse response;
+    while (stream->Read(&response)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(pushback(context), "-1");
+  }
+  // Bad input is not retried by policies anyway, and says nothing.
+  {
+    grpc::ClientContext context;
+    v1::TransposeResponse response;
+    const grpc::Status status =
+        stub_->Transpose(&context, v1::TransposeRequest(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(pushback(context), "none");
+  }
+}
+
 TEST_F(ServiceTest, ConcurrentClientsAllGetTheirOwnResults) {
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
