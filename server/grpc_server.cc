@@ -136,6 +136,10 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   // long upload would meet.
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  // And while they run no call: grpc-go's PermitWithoutStream and grpcio's
+  // keepalive_permit_without_calls are common settings, and gRPC's default
+  // counts each such ping as abuse and sends the client away at the third.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // gRPC sets SO_REUSEPORT by default: a second server on a port in use would
   // start and silently take part of the first one's connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -859,6 +859,38 @@ TEST_F(ReliabilityTest, AClientNoticesASilentServerByKeepalive) {
   }
 }
 
+// A client that keeps its idle connection alive with pings (grpc-go's
+// PermitWithoutStream, grpcio's keepalive_permit_without_calls) at the server's
+// least interval, 5 s, keeps it: gRPC's default would send it away with
+// "too_many_pings" at the third ping.
+TEST_F(ReliabilityTest, AnIdleClientThatPingsKeepsItsConnection) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5500);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      server->address(), grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::TransposeService::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    v1::TransposeRequest request = Header(8, 8);
+    request.set_data(std::string(8 * 8 * 4, '\1'));
+    v1::TransposeResponse response;
+    ASSERT_TRUE(stub->Transpose(&context, request, &response).ok());
+  }
+  // Three pings, each past the server's least interval. Waiting on the
+  // channel's state polls the connection, as an application's event loop
+  // would: the ping's answer is read at once, and a GOAWAY would show.
+  EXPECT_FALSE(channel->WaitForStateChange(
+      GRPC_CHANNEL_READY,
+      std::chrono::system_clock::now() + std::chrono::seconds(19)));
+  EXPECT_EQ(channel->GetState(/*try_to_connect=*/false), GRPC_CHANNEL_READY);
+}
+
 // A unary reply the client does not read yet keeps its job, and so its
 // admission, until it is sent: the budget bounds the replies in flight too.
 // The call stays in flight until then, and a reply that never arrives is not
