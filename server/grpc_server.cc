@@ -138,7 +138,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   // And while they run no call: grpc-go's PermitWithoutStream and grpcio's
   // keepalive_permit_without_calls are common settings, and gRPC's default
-  // counts each such ping as abuse and sends the client away at the third.
+  // counts each such ping as abuse and sends the client away. The same
+  // argument has the server ping idle connections itself (keepalive_time), so
+  // a peer that vanished while idle is closed too.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // gRPC sets SO_REUSEPORT by default: a second server on a port in use would
   // start and silently take part of the first one's connections.

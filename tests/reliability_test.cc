@@ -30,6 +30,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/convert.h"
 #include "server/core/notification.h"
 #include "tests/reference_transpose.h"
 #include "tests/server_process.h"
@@ -862,16 +863,20 @@ TEST_F(ReliabilityTest, AClientNoticesASilentServerByKeepalive) {
 // A client that keeps its idle connection alive with pings (grpc-go's
 // PermitWithoutStream, grpcio's keepalive_permit_without_calls) at the server's
 // least interval, 5 s, keeps it: gRPC's default would send it away with
-// "too_many_pings" at the third ping.
+// "too_many_pings".
 TEST_F(ReliabilityTest, AnIdleClientThatPingsKeepsItsConnection) {
   auto server = Start({});
   ASSERT_NE(server, nullptr);
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5500);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5100);
+  // Long: a slow answer on a loaded machine is not what this is about.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Only the keepalive pings count, so that the server's ping policy sees
+  // the same sequence every run.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
       server->address(), grpc::InsecureChannelCredentials(), args);
   auto stub = v1::TransposeService::NewStub(channel);
@@ -882,12 +887,14 @@ TEST_F(ReliabilityTest, AnIdleClientThatPingsKeepsItsConnection) {
     v1::TransposeResponse response;
     ASSERT_TRUE(stub->Transpose(&context, request, &response).ok());
   }
-  // Three pings, each past the server's least interval. Waiting on the
-  // channel's state polls the connection, as an application's event loop
-  // would: the ping's answer is read at once, and a GOAWAY would show.
+  // Four pings, each past the server's least interval: gRPC's default lets
+  // the first after a call go, and sends the client away at the third strike,
+  // about 20.4 s from here. Waiting on the channel's state polls the
+  // connection, as an application's event loop would: the ping's answer is
+  // read at once, and a GOAWAY would show.
   EXPECT_FALSE(channel->WaitForStateChange(
       GRPC_CHANNEL_READY,
-      std::chrono::system_clock::now() + std::chrono::seconds(19)));
+      std::chrono::system_clock::now() + std::chrono::seconds(25)));
   EXPECT_EQ(channel->GetState(/*try_to_connect=*/false), GRPC_CHANNEL_READY);
 }
 
@@ -1518,11 +1525,29 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
   for (int i = 0; i < 2 * devices; ++i) {
     EXPECT_TRUE(Transpose(*client, 64, 64).ok()) << "job " << i;
   }
+  // Through a stub, to read the retry advice: a fault says not to send the
+  // call again (it could be the query's, and fault the next device too).
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  const auto faulting_call = [&stub](std::string& pushback) {
+    grpc::ClientContext context;
+    v1::TransposeRequest request = Header(64, 64);
+    request.set_data(std::string(64 * 64 * 4, '\3'));
+    v1::TransposeResponse response;
+    const grpc::Status status = stub->Transpose(&context, request, &response);
+    const auto& trailers = context.GetServerTrailingMetadata();
+    const auto found = trailers.find(api::kRetryPushbackKey);
+    pushback = found == trailers.end()
+                   ? "none"
+                   : std::string(found->second.data(), found->second.size());
+    return api::FromGrpcStatus(status);
+  };
   int faults = 0;
   absl::Status status = absl::OkStatus();
   for (int i = 0; i < 4 * devices; ++i) {
-    status = Transpose(*client, 64, 64);
+    std::string pushback;
+    status = faulting_call(pushback);
     if (status.code() != absl::StatusCode::kInternal) break;
+    EXPECT_EQ(pushback, "-1") << status;
     ++faults;
     if (faults < devices) {
       EXPECT_TRUE(serving_after_a_health_check())
