@@ -92,13 +92,11 @@ class PinnedAllocator final : public MemoryAllocator {
     const cudaError_t error = cudaHostAlloc(
         &data, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
     if (error != cudaSuccess) cudaGetLastError();  // Clear it if not sticky.
-    if (error == cudaErrorMemoryAllocation) {
-      return RetryLater(absl::ResourceExhaustedError(
-          absl::StrFormat("pinning %d bytes of host memory: %s", bytes,
-                          cudaGetErrorString(error))));
-    }
-    TRANSPOSE_RETURN_IF_ERROR(CudaStatus(
-        error, absl::StrFormat("pinning %d bytes of host memory", bytes)));
+    const absl::Status status = CudaStatus(
+        error, absl::StrFormat("pinning %d bytes of host memory", bytes));
+    // Out of memory (RESOURCE_EXHAUSTED) is for now: other jobs hold it.
+    if (absl::IsResourceExhausted(status)) return RetryLater(status);
+    TRANSPOSE_RETURN_IF_ERROR(status);
     return data;
   }
   void Free(void* data, size_t) override {
