@@ -75,11 +75,6 @@ absl::Status GaveUp(const absl::Status& last, int attempts,
                                              attempts, " ", why, ")")));
 }
 
-// 16 random hex digits: unique enough to find one call in a server's log.
-std::string NewRequestId() {
-  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(ThreadRandom()));
-}
-
 // `status` with " [request ID]" after its message, its payloads (the retry
 // mark) kept.
 absl::Status WithRequestId(const absl::Status& status,
@@ -432,7 +427,7 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
     TRANSPOSE_RETURN_IF_ERROR(api::CheckRequestId(call.request_id));
   }
   CallOptions named = call;
-  if (named.request_id.empty()) named.request_id = NewRequestId();
+  if (named.request_id.empty()) named.request_id = api::NewRequestId();
   absl::StatusOr<TransposeStats> stats =
       TransposeAttempts(input, output, named, bytes);
   // The caller's own cancel needs no id: the server saw nothing worth finding.
@@ -684,7 +679,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
 
 absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   grpc::ClientContext context;
-  const std::string request_id = NewRequestId();
+  const std::string request_id = api::NewRequestId();
   PrepareContext(context, DeadlineAfter(timeout), request_id);
   v1::ServerInfo info;
   const absl::Status status = api::FromGrpcStatus(

@@ -2,8 +2,10 @@
 
 #include <string>
 
+#include "absl/random/random.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace transpose::api {
 
@@ -69,6 +71,13 @@ absl::Status CheckRequestId(absl::string_view id) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string NewRequestId() {
+  // One generator per thread: absl::BitGen is not safe to share, and seeding
+  // one per id would read the OS's entropy each time.
+  thread_local absl::BitGen random;
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(random));
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

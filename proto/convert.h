@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,6 +46,9 @@ inline constexpr size_t kMaxRequestIdBytes = 128;
 // OK for 1 to kMaxRequestIdBytes printable ASCII characters without spaces (a
 // UUID, a W3C traceparent); INVALID_ARGUMENT saying why otherwise.
 absl::Status CheckRequestId(absl::string_view id);
+// A new request id: 16 random hex digits, unique enough to find one call in a
+// server's log.
+std::string NewRequestId();
 
 // The most data one message may carry: gRPC's message sizes are 32-bit, and
 // the header fields and framing need room on top.

@@ -32,25 +32,50 @@ namespace {
 // clients whose own policies follow the pushback to the letter.
 constexpr int kRetryPushbackMs = 100;
 
-// How the call's log lines name it: " [request ID]" with the client's request
-// id (api::kRequestIdKey), escaped and cut short where it is not one the
-// client library would send, so no caller can forge or flood a log line; ""
-// without one.
+// How log lines quote the request id a client sent (api::kRequestIdKey): as
+// it is, or escaped, cut short and marked where the client library would not
+// send it, so no caller can forge or flood a log line.
+std::string QuoteClientRequestId(absl::string_view sent) {
+  if (api::CheckRequestId(sent).ok()) return std::string(sent);
+  return absl::StrCat("\"",
+                      absl::CHexEscape(sent.substr(0, api::kMaxRequestIdBytes)),
+                      "\", not a valid id");
+}
+
+// The client's request id from `metadata`, if it sent one.
 template <typename Metadata>
-std::string RequestIdSuffix(const Metadata& metadata) {
+std::optional<absl::string_view> SentRequestId(const Metadata& metadata) {
   const auto found = metadata.find(api::kRequestIdKey);
-  if (found == metadata.end()) return "";
-  absl::string_view id(found->second.data(), found->second.size());
-  if (api::CheckRequestId(id).ok()) return absl::StrCat(" [request ", id, "]");
-  return absl::StrCat(" [request \"",
-                      absl::CHexEscape(id.substr(0, api::kMaxRequestIdBytes)),
-                      "\", not a valid id]");
+  if (found == metadata.end()) return std::nullopt;
+  return absl::string_view(found->second.data(), found->second.size());
+}
+
+// The id that names a call in the server's log and goes back to the client
+// in the response headers: the client's own, or a new one where the client
+// sent none or one that is not valid.
+struct RequestId {
+  std::string id;
+  // " [request ID]" for the call's log lines, with the client's invalid id
+  // quoted beside a new one.
+  std::string log_suffix;
+};
+
+RequestId NameCall(std::optional<absl::string_view> sent) {
+  if (sent.has_value() && api::CheckRequestId(*sent).ok()) {
+    return {std::string(*sent), absl::StrCat(" [request ", *sent, "]")};
+  }
+  std::string id = api::NewRequestId();
+  std::string log_suffix =
+      sent.has_value() ? absl::StrCat(" [request ", id, "; the client sent ",
+                                      QuoteClientRequestId(*sent), "]")
+                       : absl::StrCat(" [request ", id, "]");
+  return {std::move(id), std::move(log_suffix)};
 }
 
 // The warning line of a failed call, up to `failure_log`'s rate; the next line
 // that goes out counts those held back.
 // `outcome`: "failed after 0.5s", or "was refused at its headers".
-// `request`: RequestIdSuffix's.
+// `request`: RequestId::log_suffix.
 void LogFailedCall(LogRateLimiter& failure_log, absl::string_view method,
                    absl::string_view peer, absl::string_view outcome,
                    const absl::Status& status, absl::string_view request) {
@@ -83,8 +108,9 @@ class RpcScope {
         method_(method),
         peer_(context.peer()),
         caller_(PeerHost(peer_)),
-        request_(RequestIdSuffix(context.client_metadata())),
+        request_(NameCall(SentRequestId(context.client_metadata()))),
         start_(absl::Now()) {
+    context_.AddInitialMetadata(api::kRequestIdKey, request_.id);
     metrics_.inflight_requests().Increment();
   }
 
@@ -132,10 +158,10 @@ class RpcScope {
     if (!status.ok()) {
       LogFailedCall(failure_log_, RpcMethodName(method_), peer_,
                     absl::StrFormat("failed after %.6fs", seconds), status,
-                    request_);
+                    request_.log_suffix);
     } else {
       Log(LogLevel::kDebug, "%s from %s ok in %.6fs%s", RpcMethodName(method_),
-          peer_, seconds, request_);
+          peer_, seconds, request_.log_suffix);
     }
   }
 
@@ -148,7 +174,7 @@ class RpcScope {
   const RpcMethod method_;
   const std::string peer_;
   const std::string caller_;
-  const std::string request_;
+  const RequestId request_;
   const absl::Time start_;
 };
 
@@ -590,11 +616,19 @@ class TransposeService::HeaderCheck final : public grpc::AuthMetadataProcessor {
     LogFailedCall(
         service_.failure_log_,
         known.has_value() ? RpcMethodName(*known) : "an unknown method", peer,
-        "was refused at its headers", status, RequestIdSuffix(metadata));
+        "was refused at its headers", status, RefusedCallSuffix(metadata));
     return api::ToGrpcStatus(status);
   }
 
  private:
+  // The response headers never go out when the header check refuses a call,
+  // so only the client's own id names it.
+  static std::string RefusedCallSuffix(const InputMetadata& metadata) {
+    const std::optional<absl::string_view> sent = SentRequestId(metadata);
+    if (!sent.has_value()) return "";
+    return absl::StrCat(" [request ", QuoteClientRequestId(*sent), "]");
+  }
+
   static std::optional<RpcMethod> Known(absl::string_view method) {
     for (RpcMethod known : {RpcMethod::kTranspose, RpcMethod::kTransposeStream,
                             RpcMethod::kGetServerInfo}) {

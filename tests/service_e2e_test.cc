@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -659,16 +661,50 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  // A raw client's id with a space, and one far too long: escaped and cut.
-  for (const std::string& id :
-       {std::string("two \"words\""), std::string(300, 'x')}) {
-    grpc::ClientContext context;
-    context.AddMetadata(api::kRequestIdKey, id);
-    v1::TransposeResponse response;
-    EXPECT_FALSE(v1::TransposeService::NewStub(client->channel())
-                     ->Transpose(&context, v1::TransposeRequest(), &response)
-                     .ok());
+  // The response headers carry the call's id: a raw client's own, or a new
+  // one where it sent none, or one with a space, or one far too long (those
+  // two are quoted in the log, escaped and cut).
+  // Their eight failures log in a window of their own: the server logs at
+  // most ten a second.
+  absl::SleepFor(absl::Milliseconds(1100));
+  std::vector<std::string> returned;
+  for (const std::optional<std::string>& sent :
+       {std::optional<std::string>("raw-1"), std::optional<std::string>(),
+        std::optional<std::string>("two \"words\""),
+        std::optional<std::string>(std::string(300, 'x'))}) {
+    for (const bool stream : {false, true}) {
+      grpc::ClientContext context;
+      if (sent.has_value()) context.AddMetadata(api::kRequestIdKey, *sent);
+      std::unique_ptr<v1::TransposeService::Stub> stub =
+          v1::TransposeService::NewStub(client->channel());
+      grpc::Status status;
+      if (stream) {
+        auto call = stub->TransposeStream(&context);
+        call->WritesDone();
+        v1::TransposeResponse response;
+        while (call->Read(&response)) {
+        }
+        status = call->Finish();
+      } else {
+        v1::TransposeResponse response;
+        status = stub->Transpose(&context, v1::TransposeRequest(), &response);
+      }
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << status.error_message();
+      const auto& headers = context.GetServerInitialMetadata();
+      const auto found = headers.find(api::kRequestIdKey);
+      ASSERT_NE(found, headers.end()) << "stream " << stream;
+      const std::string id(found->second.data(), found->second.size());
+      if (sent == "raw-1") {
+        EXPECT_EQ(id, "raw-1");
+      } else {
+        EXPECT_THAT(id, ::testing::MatchesRegex("[0-9a-f]{16}"));
+        returned.push_back(id);
+      }
+    }
   }
+  ASSERT_EQ(returned.size(), 6);
+  EXPECT_EQ(std::set<std::string>(returned.begin(), returned.end()).size(), 6);
 
   const std::string text =
       (*server)->Stop(SIGTERM) == 0 ? ReadFile(log).value_or("") : "";
@@ -687,10 +723,17 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
   EXPECT_THAT(text, ::testing::ContainsRegex(
                         "Transpose from [^ ]+ ok in [0-9.]+s \\[request "
                         "fits-1\\]"));
-  EXPECT_THAT(text,
-              HasSubstr("[request \"two \\\"words\\\"\", not a valid id]"));
-  EXPECT_THAT(text, HasSubstr(absl::StrCat("[request \"", std::string(128, 'x'),
-                                           "\", not a valid id]")));
+  EXPECT_THAT(text, HasSubstr("[request raw-1]"));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("[request ", returned[i], "]")));
+    EXPECT_THAT(text, HasSubstr(absl::StrCat(
+                          "[request ", returned[2 + i],
+                          "; the client sent \"two \\\"words\\\"\", not a "
+                          "valid id]")));
+    EXPECT_THAT(text, HasSubstr(absl::StrCat(
+                          "[request ", returned[4 + i], "; the client sent \"",
+                          std::string(128, 'x'), "\", not a valid id]")));
+  }
   EXPECT_THAT(text, ::testing::Not(HasSubstr(std::string(129, 'x'))));
 }
 
