@@ -402,7 +402,16 @@ absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
   TransposeResult result;
   result.dtype = input.dtype;
   result.shape = input.shape.Transposed();
-  result.data.resize(input.data.size());
+  try {
+    result.data.resize(input.data.size());
+  } catch (const std::bad_alloc&) {
+    // A status, as every other failure: a caller that sizes its work by what
+    // the machine holds must not have to catch.
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "out of memory for the %d-byte result (TransposeInto writes into a "
+        "buffer of the caller's)",
+        input.data.size()));
+  }
   TRANSPOSE_ASSIGN_OR_RETURN(
       result.stats, TransposeInto(input, absl::MakeSpan(result.data), call));
   return result;

@@ -188,8 +188,9 @@ struct CallOptions {
   std::optional<absl::Duration> timeout;
   // Streams even when the matrix would fit a unary message.
   bool force_stream = false;
-  // Called after each chunk sent or received, on the calling thread. A retried
-  // call starts again from zero.
+  // Called after each chunk sent or received, on the calling thread, between
+  // the transfer's steps: keep it quick (it holds up the transfer) and do not
+  // throw. A retried call starts again from zero.
   std::function<void(const TransferProgress&)> on_progress;
   // Ends the call CANCELLED when cancelled; must outlive the call.
   CallCanceller* canceller = nullptr;
@@ -227,14 +228,18 @@ class Client {
   // Transposes `input`; the server's status on failure (INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED, ...), INVALID_ARGUMENT before sending anything when
   // `input` is inconsistent, CANCELLED when `call.canceller` ends it,
-  // DEADLINE_EXCEEDED, naming the timeout, when the call's own deadline passes.
+  // DEADLINE_EXCEEDED, naming the timeout, when the call's own deadline passes,
+  // RESOURCE_EXHAUSTED when the result does not fit in memory. The result is
+  // zero-filled before it arrives; TransposeInto saves that pass.
   absl::StatusOr<TransposeResult> Transpose(const MatrixView& input,
                                             const CallOptions& call = {});
 
   // As Transpose, writing the result into `output` (exactly as many bytes as
   // the input). `output` may be `input.data` itself: the input is sent whole
   // before any of the result arrives. Such a call is not sent again once part
-  // of its result has overwritten the input.
+  // of its result has overwritten the input. After a failure, `output` holds
+  // what arrived of the result, if anything: use none of it (nor, in place,
+  // the input, once the call may have got that far).
   absl::StatusOr<TransposeStats> TransposeInto(const MatrixView& input,
                                                absl::Span<uint8_t> output,
                                                const CallOptions& call = {});

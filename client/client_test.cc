@@ -63,6 +63,30 @@ TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
   }
 }
 
+// A result too large for memory is a status, not std::bad_alloc; nothing is
+// sent (the target is never reached) and the input is never read.
+TEST(ClientTransposeTest, AResultThatDoesNotFitInMemoryIsResourceExhausted) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's operator new stops the process instead "
+                  "of throwing std::bad_alloc";
+#endif
+  ClientOptions options;
+  options.target = "127.0.0.1:1";
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  constexpr uint64_t kSide = uint64_t{1} << 25;  // A 1 PiB matrix of bytes.
+  const uint8_t byte = 0;
+  const MatrixView input{DataType::kUInt8, MatrixShape::Matrix(kSide, kSide),
+                         absl::MakeConstSpan(&byte, kSide * kSide)};
+  const absl::StatusOr<TransposeResult> result = (*client)->Transpose(input);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted)
+      << result.status();
+  EXPECT_THAT(
+      std::string(result.status().message()),
+      ::testing::HasSubstr("out of memory for the 1125899906842624-byte "
+                           "result"));
+}
+
 TEST(StatusTextTest, CodeAndMessageWithoutPayloads) {
   // The retry mark would otherwise follow the request id that ends a failed
   // call's message.

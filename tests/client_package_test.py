@@ -74,7 +74,9 @@ class ClientPackageTest(unittest.TestCase):
         for command in commands:
             self.assertNotIn(os.path.realpath(ARGS.repo), command["command"])
             self.assertNotIn(os.path.realpath(ARGS.build_dir), command["command"])
-            self.assertIn(self.prefix, command["command"])
+        library_user = [c for c in commands if c["file"].endswith("package_demo.cc")]
+        self.assertEqual(len(library_user), 1, commands)
+        self.assertIn(self.prefix, library_user[0]["command"])
 
         target = self.start_installed_server()
         result = self.run_ok(os.path.join(build, "package_demo"), target)
@@ -111,14 +113,15 @@ class ClientPackageTest(unittest.TestCase):
         # configures, builds the demo, and the demo reaches a server.
         source = os.path.join(self.tmp.name, "subdirectory")
         os.makedirs(source)
-        shutil.copy(os.path.join(ARGS.repo, "tests", "client_package", "package_demo.cc"), source)
+        for name in ["package_demo.cc", "package_demo.h", "main.cc"]:
+            shutil.copy(os.path.join(ARGS.repo, "tests", "client_package", name), source)
         with open(os.path.join(source, "CMakeLists.txt"), "w") as f:
             f.write("cmake_minimum_required(VERSION 3.25)\n"
                     "project(client_only_demo LANGUAGES CXX)\n"
                     "set(TRANSPOSE_CLIENT_ONLY ON)\n"
                     f"add_subdirectory({os.path.realpath(ARGS.repo)} transpose "
                     "EXCLUDE_FROM_ALL)\n"
-                    "add_executable(package_demo package_demo.cc)\n"
+                    "add_executable(package_demo main.cc package_demo.cc)\n"
                     "target_link_libraries(package_demo transpose::client)\n")
         build = os.path.join(self.tmp.name, "build-subdirectory")
         configured = self.run_ok(

@@ -1,6 +1,8 @@
-// Transposes through the server at argv[1] with the installed client library:
-// a unary matrix, a streamed one with progress, and a batch into the caller's
-// buffer. Prints "ok" and exits 0 when every result is right.
+// The client library inside a shared object, as a plugin or a Python extension
+// would hold it: transposes through a server with it, a unary matrix, a
+// streamed one with progress, and a batch into the caller's buffer.
+#include "package_demo.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -46,13 +48,9 @@ int Fail(const char* what, const absl::Status& status) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: package_demo HOST:PORT\n");
-    return 2;
-  }
+int RunPackageDemo(const char* target) {
   transpose::ClientOptions options;
-  options.target = argv[1];
+  options.target = target;
   absl::StatusOr<std::unique_ptr<transpose::Client>> client =
       transpose::Client::Create(options);
   if (!client.ok()) return Fail("Create", client.status());
