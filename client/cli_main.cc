@@ -55,6 +55,10 @@ ABSL_FLAG(std::optional<int>, attempts, std::nullopt,
           "now, or unreachable, "
           "with backoff, within the deadline (default: 4 for transpose; 1 for "
           "bench, so that it counts refusals).");
+ABSL_FLAG(bool, wait_for_ready, false,
+          "Wait, within the deadline, for the server to be reachable (one "
+          "restarting, or not up yet) instead of failing UNAVAILABLE at once "
+          "(not for health).");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the bearer token to send, alone on its line (a "
           "server's --auth_token_file may list several; give a client one).");
@@ -224,6 +228,7 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   options.default_timeout = Deadline(/*quick_call=*/false);
   options.max_attempts =
       absl::GetFlag(FLAGS_attempts).value_or(default_attempts);
+  options.wait_for_ready = absl::GetFlag(FLAGS_wait_for_ready);
   options.tls = absl::GetFlag(FLAGS_tls);
   struct FlagFile {
     const char* flag;

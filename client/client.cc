@@ -332,6 +332,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
   if (!options.load_balancing_policy.empty()) {
     args.SetLoadBalancingPolicyName(options.load_balancing_policy);
   }
+  // gRPC's reconnection backoff grows to 2 minutes while a server is down, so
+  // a call waiting for it (wait_for_ready) could wait that long more once it
+  // is back; servers restart in seconds, and these clients are few.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   if (keepalive) {
     const auto milliseconds = [](absl::Duration d) {
       return static_cast<int>(
@@ -387,6 +391,7 @@ void Client::PrepareContext(grpc::ClientContext& context, absl::Time deadline,
   if (deadline != absl::InfiniteFuture()) {
     context.set_deadline(absl::ToChronoTime(deadline));
   }
+  context.set_wait_for_ready(options_.wait_for_ready);
   if (!request_id.empty()) {
     context.AddMetadata(api::kRequestIdKey, std::string(request_id));
   }
@@ -716,6 +721,8 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   grpc::ByteBuffer response;
   grpc::ClientContext context;
   PrepareContext(context, DeadlineAfter(timeout), "");
+  // A probe answers for now: a server out of reach is UNAVAILABLE at once.
+  context.set_wait_for_ready(false);
   grpc::GenericStub stub(channel_);
   Notification done;
   grpc::Status status;

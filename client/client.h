@@ -99,6 +99,14 @@ struct ClientOptions {
   // long upload's) or absl::InfiniteDuration() for none.
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);
+  // Calls wait, within their deadlines, for a connection to the target (a
+  // server restarting, a pod not up yet) instead of ending UNAVAILABLE at once
+  // while there is none, as gRPC's wait_for_ready. Their deadline is then all
+  // that bounds the wait for a server that never comes. Health checks never
+  // wait. (Whether or not it is set, the client tries to reconnect to a
+  // server that went away at most 5 s apart, where gRPC's own backoff grows to
+  // 2 minutes.)
+  bool wait_for_ready = false;
   // Deadline for calls that do not set their own: positive, or
   // absl::InfiniteDuration() for none.
   absl::Duration default_timeout = absl::Minutes(10);

@@ -212,6 +212,23 @@ class CliReadmeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 3)
         self.assertIn("UNAVAILABLE", result.stderr)
 
+    def test_wait_for_ready_waits_out_the_deadline_for_a_server_out_of_reach(self):
+        # Without the flag, info fails UNAVAILABLE at once; with it, it waits for the server up to
+        # its deadline. Health answers for now either way.
+        base = [ARGS.cli, "--server=127.0.0.1:1", "--deadline=3s"]
+        for flags, command, code, error in (
+                ([], "info", 1, "UNAVAILABLE"),
+                (["--wait_for_ready"], "info", 1, "DEADLINE_EXCEEDED"),
+                (["--wait_for_ready"], "health", 3, "UNAVAILABLE")):
+            start = time.time()
+            result = subprocess.run(base + flags + [command], capture_output=True, text=True,
+                                    timeout=60)
+            elapsed = time.time() - start
+            self.assertEqual(result.returncode, code, result.stderr)
+            self.assertIn(error, result.stderr)
+            if error == "DEADLINE_EXCEEDED":
+                self.assertGreaterEqual(elapsed, 2.5, flags)
+
     def test_health_of_a_hung_server_gives_up_within_seconds(self):
         # A listener that accepts and never answers: without --deadline, health and info wait
         # 5 s, not the transfers' 10 minutes.

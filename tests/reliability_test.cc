@@ -688,6 +688,45 @@ TEST_F(ReliabilityTest, ClientRetriesABusyServerButNotAMatrixOverTheLimit) {
   EXPECT_EQ(refusals("TransposeStream"), streams_refused + 1);
 }
 
+// With ClientOptions::wait_for_ready, a call made while the server restarts
+// waits for it, within its deadline, and gets its result from the server that
+// comes back on the same address; without, the call spends its attempts while
+// nothing listens and ends UNAVAILABLE.
+TEST_F(ReliabilityTest, WaitForReadyCallsRideOutARestart) {
+  auto first = Start({"--unready_seconds=0"});
+  ASSERT_NE(first, nullptr);
+  const std::string address = first->address();
+  ClientOptions options;
+  options.target = address;
+  options.default_timeout = absl::Seconds(60);
+  auto failing_fast = *Client::Create(options);
+  options.wait_for_ready = true;
+  auto waiting = *Client::Create(options);
+  EXPECT_TRUE(Transpose(*waiting, 8, 8).ok());
+  EXPECT_TRUE(Transpose(*failing_fast, 8, 8).ok());
+  ASSERT_EQ(first->Stop(SIGTERM), 0);
+  first.reset();
+
+  const absl::Time start = absl::Now();
+  const absl::Status unavailable = Transpose(*failing_fast, 8, 8);
+  EXPECT_EQ(unavailable.code(), absl::StatusCode::kUnavailable) << unavailable;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+
+  std::atomic<bool> returned{false};
+  absl::Status waited = absl::UnknownError("not run");
+  std::thread call([&] {
+    waited = Transpose(*waiting, 300, 200);
+    returned = true;
+  });
+  // Longer than the four attempts of a call that does not wait take.
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_FALSE(returned) << waited;
+  auto second = Start({"--unready_seconds=0", "--address=" + address});
+  call.join();
+  ASSERT_NE(second, nullptr);
+  EXPECT_TRUE(waited.ok()) << waited;
+}
+
 // A caller ends its own calls through a CallCanceller: cancelled from its
 // progress callback mid-upload, a call ends CANCELLED and the server gives
 // back what it held; a cancelled canceller ends later calls before they send
