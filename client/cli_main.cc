@@ -55,6 +55,10 @@ ABSL_FLAG(std::optional<int>, attempts, std::nullopt,
           "now, or unreachable, "
           "with backoff, within the deadline (default: 4 for transpose; 1 for "
           "bench, so that it counts refusals).");
+ABSL_FLAG(int, connections, 4,
+          "HTTP/2 connections to the server, which calls take in turn (1 to "
+          "64): one carries about 3 GB/s, so bench --concurrency with large "
+          "matrices goes further with several.");
 ABSL_FLAG(bool, wait_for_ready, false,
           "Wait, within the deadline, for the server to be reachable (one "
           "restarting, or not up yet) instead of failing UNAVAILABLE at once "
@@ -163,6 +167,11 @@ std::string CommonFlagsError() {
       attempts.has_value() && *attempts < 1) {
     return absl::StrCat("--attempts=", *attempts, ": expected 1 or more");
   }
+  if (const int connections = absl::GetFlag(FLAGS_connections);
+      connections < 1 || connections > kMaxConnections) {
+    return absl::StrCat("--connections=", connections, ": expected 1 to ",
+                        kMaxConnections);
+  }
   if (const absl::Status target = CheckTarget(absl::GetFlag(FLAGS_server));
       !target.ok()) {
     return absl::StrCat("--server=", absl::GetFlag(FLAGS_server), ": ",
@@ -228,6 +237,7 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   options.default_timeout = Deadline(/*quick_call=*/false);
   options.max_attempts =
       absl::GetFlag(FLAGS_attempts).value_or(default_attempts);
+  options.connections = absl::GetFlag(FLAGS_connections);
   options.wait_for_ready = absl::GetFlag(FLAGS_wait_for_ready);
   options.tls = absl::GetFlag(FLAGS_tls);
   struct FlagFile {

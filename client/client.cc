@@ -326,6 +326,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         "bearer_token holds a character that is not visible ASCII (a space, "
         "a line break, a control character or a non-ASCII byte)");
   }
+  if (options.connections < 1 || options.connections > kMaxConnections) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("connections is ", options.connections, "; expected 1 to ",
+                     kMaxConnections));
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
@@ -365,20 +370,34 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     ssl.pem_private_key = options.tls_private_key_pem;
     credentials = grpc::SslCredentials(ssl);
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.target, credentials, args);
-  if (channel == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot use target ", options.target));
+  // Channels alike share their connections through gRPC's global subchannel
+  // pool; each its own pool, each its own connections.
+  if (options.connections > 1) {
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   }
-  return std::unique_ptr<Client>(new Client(options, std::move(channel)));
+  std::vector<Connection> connections;
+  for (int i = 0; i < options.connections; ++i) {
+    std::shared_ptr<grpc::Channel> channel =
+        grpc::CreateCustomChannel(options.target, credentials, args);
+    if (channel == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot use target ", options.target));
+    }
+    std::unique_ptr<v1::TransposeService::Stub> stub =
+        v1::TransposeService::NewStub(channel);
+    connections.push_back({std::move(channel), std::move(stub)});
+  }
+  return std::unique_ptr<Client>(new Client(options, std::move(connections)));
 }
 
 Client::Client(const ClientOptions& options,
-               std::shared_ptr<grpc::Channel> channel)
-    : options_(options),
-      channel_(std::move(channel)),
-      stub_(v1::TransposeService::NewStub(channel_)) {}
+               std::vector<Connection> connections)
+    : options_(options), connections_(std::move(connections)) {}
+
+const Client::Connection& Client::NextConnection() {
+  return connections_[calls_made_.fetch_add(1, std::memory_order_relaxed) %
+                      connections_.size()];
+}
 
 absl::Time Client::DeadlineAfter(std::optional<absl::Duration> timeout) const {
   const absl::Duration after = timeout.value_or(options_.default_timeout);
@@ -516,7 +535,8 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   grpc::ClientContext context;
   PrepareContext(context, deadline, call.request_id);
   const CallCanceller::Scope cancel_scope(call.canceller, context);
-  const grpc::Status status = stub_->Transpose(&context, request, &response);
+  const grpc::Status status =
+      NextConnection().stub->Transpose(&context, request, &response);
   if (!status.ok()) {
     advice = ReadRetryAdvice(context);
     return api::FromGrpcStatus(status);
@@ -553,7 +573,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
     bool ok = false;
     return queue.Next(&tag, &ok) && ok;
   };
-  grpc::GenericStub stub(channel_);
+  grpc::GenericStub stub(NextConnection().channel);
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream =
       stub.PrepareCall(
           &context,
@@ -696,8 +716,9 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   const std::string request_id = api::NewRequestId();
   PrepareContext(context, DeadlineAfter(timeout), request_id);
   v1::ServerInfo info;
-  const absl::Status status = api::FromGrpcStatus(
-      stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info));
+  const absl::Status status =
+      api::FromGrpcStatus(NextConnection().stub->GetServerInfo(
+          &context, v1::GetServerInfoRequest(), &info));
   if (!status.ok()) return WithRequestId(status, request_id);
   return info;
 }
@@ -723,7 +744,7 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   PrepareContext(context, DeadlineAfter(timeout), "");
   // A probe answers for now: a server out of reach is UNAVAILABLE at once.
   context.set_wait_for_ready(false);
-  grpc::GenericStub stub(channel_);
+  grpc::GenericStub stub(NextConnection().channel);
   Notification done;
   grpc::Status status;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),

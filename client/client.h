@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -58,15 +59,24 @@ bool IsRetryable(const absl::Status& status);
 // with its request id.
 std::string StatusText(const absl::Status& status);
 
+// ClientOptions::connections at most: more only add sockets and threads.
+inline constexpr int kMaxConnections = 64;
+
 struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",
   // "ipv4:10.0.0.1:50051,10.0.0.2:50051".
   std::string target;
-  // Load-balancing policy across the target's addresses. A Client keeps one
-  // connection per server; a server runs at most --max_concurrent_streams
-  // (100 by default) of one connection's calls at once, and further calls wait
-  // in gRPC for one to end, their deadlines running.
+  // Load-balancing policy across the target's addresses, within each of the
+  // `connections`. A server runs at most --max_concurrent_streams (100 by
+  // default) of one connection's calls at once, and further calls wait in
+  // gRPC for one to end, their deadlines running.
   std::string load_balancing_policy = "round_robin";
+  // HTTP/2 connections to each server, which calls take in turn (1 to
+  // kMaxConnections), each made at its first call. One connection carries
+  // about 3 GB/s of matrices (in + out) on a 16-core host, whatever the calls
+  // on it; 8 calls at once over 4 connections made about 10 GB/s, over 8
+  // about 12 (docs/BENCHMARKS.md).
+  int connections = 4;
   // Requests up to this size go in one unary message; larger ones stream.
   // Keep it and chunk_bytes within the server's --max_message_bytes
   // (ServerInfo's limits.max_message_bytes, at least 1 MiB): the server
@@ -263,10 +273,22 @@ class Client {
   absl::StatusOr<bool> CheckHealth(const std::string& service = "",
                                    absl::Duration timeout = absl::Seconds(5));
 
-  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  // The first connection's channel, for calls of a caller's own.
+  const std::shared_ptr<grpc::Channel>& channel() const {
+    return connections_.front().channel;
+  }
 
  private:
-  Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
+  // One of ClientOptions::connections.
+  struct Connection {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::TransposeService::Stub> stub;
+  };
+
+  Client(const ClientOptions& options, std::vector<Connection> connections);
+
+  // The connection the next call takes: each in turn.
+  const Connection& NextConnection();
 
   // What a failed attempt says about another: the server's trailing metadata
   // (gRFC A6: nothing, do not (a negative pushback), or wait at least so
@@ -301,8 +323,8 @@ class Client {
                       absl::string_view request_id) const;
 
   const ClientOptions options_;
-  const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<v1::TransposeService::Stub> stub_;
+  const std::vector<Connection> connections_;
+  std::atomic<uint64_t> calls_made_{0};
 };
 
 }  // namespace transpose

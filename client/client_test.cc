@@ -22,6 +22,8 @@ TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
     return Client::Create(options).status();
   };
   EXPECT_TRUE(create([](ClientOptions&) {}).ok());
+  EXPECT_TRUE(
+      create([](ClientOptions& o) { o.connections = kMaxConnections; }).ok());
   EXPECT_TRUE(create([](ClientOptions& o) {
                 o.default_timeout = absl::InfiniteDuration();
               }).ok());
@@ -38,6 +40,10 @@ TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
       {[](ClientOptions& o) { o.default_timeout = absl::Seconds(-1); },
        "default_timeout is -1s"},
       {[](ClientOptions& o) { o.max_attempts = 0; }, "max_attempts is 0"},
+      {[](ClientOptions& o) { o.connections = 0; },
+       "connections is 0; expected 1 to 64"},
+      {[](ClientOptions& o) { o.connections = kMaxConnections + 1; },
+       "connections is 65"},
       {[](ClientOptions& o) { o.chunk_bytes = 0; }, "chunk_bytes is 0"},
       {[](ClientOptions& o) { o.chunk_bytes = uint64_t{2} << 30; },
        "chunk_bytes is 2147483648; expected at most 2146435071"},

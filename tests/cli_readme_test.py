@@ -270,6 +270,8 @@ class CliReadmeTest(unittest.TestCase):
             f.write("not numpy at all\n")
         cases = [
             (["--attempts=0", "health"], "--attempts=0"),
+            (["--connections=0", "health"], "--connections=0: expected 1 to 64"),
+            (["--connections=65", "info"], "--connections=65: expected 1 to 64"),
             (["--tls_cert=client.pem", "health"], "--tls_cert=client.pem"),
             (["bench", "--duration=0s"], "--duration=0"),
             (["bench", "--concurrency=0"], "--concurrency=0"),

@@ -272,6 +272,9 @@ class ReliabilityTest : public ::testing::Test {
     options.default_timeout = absl::Seconds(20);
     options.max_attempts = max_attempts;
     options.max_backoff = absl::Milliseconds(400);
+    // One connection, which the test's raw calls (through channel()) share
+    // and whose age and stream limit some tests watch.
+    options.connections = 1;
     return *Client::Create(options);
   }
 };

@@ -105,6 +105,9 @@ class SecurityTest : public ::testing::Test {
     options.default_timeout = absl::Seconds(10);
     // A refused handshake would only be repeated.
     options.max_attempts = 1;
+    // One connection, so a client made before a certificate change keeps
+    // the connection it made then.
+    options.connections = 1;
     return *Client::Create(options);
   }
 

@@ -737,5 +737,52 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr(std::string(129, 'x'))));
 }
 
+// ClientOptions::connections: calls, unary and streamed, take the client's
+// connections in turn, each a TCP connection of its own (the server's log
+// names each call's peer).
+TEST(ConnectionsTest, CallsTakeTheClientsConnectionsInTurn) {
+  char log_template[] = "/tmp/transpose-connections-XXXXXX";
+  const int log_fd = mkstemp(log_template);
+  ASSERT_GE(log_fd, 0);
+  close(log_fd);
+  const std::string log = log_template;
+  const absl::Cleanup remove_log = [&log] { std::remove(log.c_str()); };
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::StartFromEnvironment(
+          {"--log_level=debug", "--unready_seconds=0"}, absl::Seconds(60), log);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::vector<uint8_t> data(16 * 32, 7);
+  for (const int connections : {1, 3}) {
+    ClientOptions options;
+    options.target = (*server)->address();
+    options.connections = connections;
+    std::unique_ptr<Client> client = *Client::Create(options);
+    for (int i = 0; i < 6; ++i) {
+      CallOptions call;
+      call.force_stream = i % 2 == 1;
+      call.request_id = absl::StrCat("connections-", connections, "-", i);
+      absl::StatusOr<TransposeResult> result =
+          client->Transpose({DataType::kUInt8, {1, 16, 32}, data}, call);
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_EQ(result->data, data);
+    }
+  }
+  const std::string text =
+      (*server)->Stop(SIGTERM) == 0 ? ReadFile(log).value_or("") : "";
+  std::map<std::string, std::set<std::string>> peers;
+  std::map<std::string, int> calls;
+  const std::regex line(
+      R"(Transpose(?:Stream)? from (\S+) ok in [0-9.]+s \[request connections-(\d+)-\d\])");
+  for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end;
+       ++it) {
+    peers[(*it)[2]].insert((*it)[1]);
+    ++calls[(*it)[2]];
+  }
+  EXPECT_EQ(calls["1"], 6) << text;
+  EXPECT_EQ(calls["3"], 6) << text;
+  EXPECT_EQ(peers["1"].size(), 1) << text;
+  EXPECT_EQ(peers["3"].size(), 3) << text;
+}
+
 }  // namespace
 }  // namespace transpose
