@@ -240,21 +240,17 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   options.connections = absl::GetFlag(FLAGS_connections);
   options.wait_for_ready = absl::GetFlag(FLAGS_wait_for_ready);
   options.tls = absl::GetFlag(FLAGS_tls);
-  struct FlagFile {
+  // The PEM files, read whole.
+  struct PemFlag {
     const char* flag;
     std::string path;
     std::string* contents;
-    bool pem;
   };
-  const FlagFile files[] = {{"tls_ca", absl::GetFlag(FLAGS_tls_ca),
-                             &options.tls_root_certs_pem, true},
-                            {"tls_cert", absl::GetFlag(FLAGS_tls_cert),
-                             &options.tls_cert_chain_pem, true},
-                            {"tls_key", absl::GetFlag(FLAGS_tls_key),
-                             &options.tls_private_key_pem, true},
-                            {"token_file", absl::GetFlag(FLAGS_token_file),
-                             &options.bearer_token, false}};
-  for (const FlagFile& file : files) {
+  const PemFlag pem_flags[] = {
+      {"tls_ca", absl::GetFlag(FLAGS_tls_ca), &options.tls_root_certs_pem},
+      {"tls_cert", absl::GetFlag(FLAGS_tls_cert), &options.tls_cert_chain_pem},
+      {"tls_key", absl::GetFlag(FLAGS_tls_key), &options.tls_private_key_pem}};
+  for (const PemFlag& file : pem_flags) {
     if (file.path.empty()) continue;
     absl::StatusOr<std::string> contents = ReadFile(file.path);
     if (!contents.ok()) {
@@ -263,31 +259,24 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
           absl::StrCat("--", file.flag, ": ", contents.status().message()));
     }
     // gRPC would take anything and fail later with "empty address list".
-    if (file.pem && !absl::StrContains(*contents, "-----BEGIN ")) {
+    if (!absl::StrContains(*contents, "-----BEGIN ")) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", file.flag, ": ", file.path,
                        " is not PEM (no -----BEGIN line)"));
     }
     *file.contents = *std::move(contents);
   }
+  // Checked here to name the flag; the client reads it again as it changes.
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
-    absl::StatusOr<std::vector<std::string>> tokens =
-        ParseTokenFile(options.bearer_token);
-    if (!tokens.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--token_file: ", path, " ", tokens.status().message()));
+    if (absl::StatusOr<std::string> token = ReadBearerTokenFile(path);
+        !token.ok()) {
+      return absl::Status(
+          token.status().code(),
+          absl::StrCat("--token_file: ", token.status().message()));
     }
-    // A server's file may list two while one replaces the other; a client
-    // sends one, and which one is for its owner to say.
-    if (tokens->size() > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--token_file: ", path, " holds ", tokens->size(),
-          " tokens; a client sends one (a server's --auth_token_file may "
-          "list several)"));
-    }
-    options.bearer_token = tokens->front();
+    options.bearer_token_file = path;
   }
-  if (!options.bearer_token.empty() && !options.tls &&
+  if (!options.bearer_token_file.empty() && !options.tls &&
       options.tls_root_certs_pem.empty()) {
     std::fprintf(stderr,
                  "warning: the --token_file token goes to %s in plaintext "

@@ -23,6 +23,7 @@
 #include "absl/strings/strip.h"
 #include "proto/convert.h"
 #include "proto/wire.h"
+#include "server/core/files.h"
 #include "server/core/notification.h"
 #include "server/core/retry.h"
 #include "server/core/status_macros.h"
@@ -30,6 +31,25 @@
 
 namespace transpose {
 namespace {
+
+// The one token of the token file at `path`, which holds `contents`.
+absl::StatusOr<std::string> OneToken(absl::string_view path,
+                                     absl::string_view contents) {
+  absl::StatusOr<std::vector<std::string>> tokens = ParseTokenFile(contents);
+  if (!tokens.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " ", tokens.status().message()));
+  }
+  // A server's file may list two while one replaces the other; a client
+  // sends one, and which one is for its owner to say.
+  if (tokens->size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " holds ", tokens->size(),
+        " tokens; a client sends one (a server's --auth_token_file may list "
+        "several)"));
+  }
+  return std::move(tokens->front());
+}
 
 void FillHeader(const MatrixView& input, const CallOptions& call,
                 v1::TransposeRequest& request) {
@@ -279,6 +299,49 @@ absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path) {
+  TRANSPOSE_ASSIGN_OR_RETURN(const std::string contents, ReadFile(path));
+  return OneToken(path, contents);
+}
+
+class Client::TokenFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<TokenFile>> Open(
+      const std::string& path) {
+    auto file = std::unique_ptr<TokenFile>(new TokenFile(path));
+    TRANSPOSE_RETURN_IF_ERROR(file->watched_.contents().front().status());
+    TRANSPOSE_ASSIGN_OR_RETURN(
+        file->token_, OneToken(path, *file->watched_.contents().front()));
+    return file;
+  }
+
+  // The token to send now: the file's, read again when a second has passed
+  // since the last read (a read costs a system call or two; calls can come
+  // thousands a second), or the last good one while the file holds none.
+  std::string Token() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const absl::Time now = absl::Now();
+    if (now >= next_read_) {
+      next_read_ = now + absl::Seconds(1);
+      if (watched_.Poll() && watched_.contents().front().ok()) {
+        absl::StatusOr<std::string> token =
+            OneToken(watched_.paths().front(), *watched_.contents().front());
+        if (token.ok()) token_ = *std::move(token);
+      }
+    }
+    return token_;
+  }
+
+ private:
+  explicit TokenFile(const std::string& path)
+      : watched_({path}), next_read_(absl::Now() + absl::Seconds(1)) {}
+
+  std::mutex mutex_;
+  WatchedFiles watched_;  // Guarded by mutex_.
+  std::string token_;     // Guarded by mutex_.
+  absl::Time next_read_;  // Guarded by mutex_.
+};
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     const ClientOptions& options) {
   TRANSPOSE_RETURN_IF_ERROR(CheckTarget(options.target));
@@ -319,6 +382,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         "backoff from ", absl::FormatDuration(options.initial_backoff), " to ",
         absl::FormatDuration(options.max_backoff),
         "; expected 0 <= initial_backoff <= max_backoff"));
+  }
+  if (!options.bearer_token.empty() && !options.bearer_token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "bearer_token and bearer_token_file are both set; expected one");
+  }
+  std::unique_ptr<TokenFile> token_file;
+  if (!options.bearer_token_file.empty()) {
+    TRANSPOSE_ASSIGN_OR_RETURN(token_file,
+                               TokenFile::Open(options.bearer_token_file));
   }
   // gRPC would refuse the header on every call instead.
   if (!options.bearer_token.empty() && !IsSendableToken(options.bearer_token)) {
@@ -387,12 +459,18 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         v1::TransposeService::NewStub(channel);
     connections.push_back({std::move(channel), std::move(stub)});
   }
-  return std::unique_ptr<Client>(new Client(options, std::move(connections)));
+  return std::unique_ptr<Client>(
+      new Client(options, std::move(token_file), std::move(connections)));
 }
 
 Client::Client(const ClientOptions& options,
+               std::unique_ptr<TokenFile> token_file,
                std::vector<Connection> connections)
-    : options_(options), connections_(std::move(connections)) {}
+    : options_(options),
+      token_file_(std::move(token_file)),
+      connections_(std::move(connections)) {}
+
+Client::~Client() = default;
 
 const Client::Connection& Client::NextConnection() {
   return connections_[calls_made_.fetch_add(1, std::memory_order_relaxed) %
@@ -414,9 +492,10 @@ void Client::PrepareContext(grpc::ClientContext& context, absl::Time deadline,
   if (!request_id.empty()) {
     context.AddMetadata(api::kRequestIdKey, std::string(request_id));
   }
-  if (!options_.bearer_token.empty()) {
-    context.AddMetadata("authorization",
-                        absl::StrCat("Bearer ", options_.bearer_token));
+  const std::string token =
+      token_file_ != nullptr ? token_file_->Token() : options_.bearer_token;
+  if (!token.empty()) {
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
   }
 }
 

@@ -99,6 +99,13 @@ struct ClientOptions {
   // anyone on the path unless `tls` is on (or the network is otherwise
   // encrypted).
   std::string bearer_token;
+  // Or a file that holds it, alone on its line (a mounted Secret, a
+  // Kubernetes projected service-account token): read at Create, and again
+  // when calls start at least a second after the last read, so a token
+  // rotated there goes out from the next call on, without a new Client. A
+  // change that leaves no single valid token there keeps the last one. Not
+  // with bearer_token.
+  std::string bearer_token_file;
   // While calls run, the connection is pinged every keepalive_time, and
   // closed when an answer takes longer than keepalive_timeout: its calls end
   // UNAVAILABLE (and are sent again, within their deadlines) instead of
@@ -238,10 +245,18 @@ struct TransposeResult {
   TransposeStats stats;
 };
 
+// The one token of a bearer-token file (ClientOptions::bearer_token_file):
+// INVALID_ARGUMENT, naming `path`, for a file with none, with a line a header
+// cannot carry, or with several (a server's token file may list two while one
+// replaces the other; a client sends one); ReadFile's error for a file that
+// cannot be read.
+absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path);
+
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Create(
       const ClientOptions& options);
+  ~Client();
 
   // Transposes `input`; the server's status on failure (INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED, ...), INVALID_ARGUMENT before sending anything when
@@ -279,13 +294,16 @@ class Client {
   }
 
  private:
+  // ClientOptions::bearer_token_file, read again as it changes.
+  class TokenFile;
   // One of ClientOptions::connections.
   struct Connection {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::TransposeService::Stub> stub;
   };
 
-  Client(const ClientOptions& options, std::vector<Connection> connections);
+  Client(const ClientOptions& options, std::unique_ptr<TokenFile> token_file,
+         std::vector<Connection> connections);
 
   // The connection the next call takes: each in turn.
   const Connection& NextConnection();
@@ -323,6 +341,7 @@ class Client {
                       absl::string_view request_id) const;
 
   const ClientOptions options_;
+  const std::unique_ptr<TokenFile> token_file_;  // Null without one.
   const std::vector<Connection> connections_;
   std::atomic<uint64_t> calls_made_{0};
 };

@@ -391,6 +391,58 @@ TEST_F(SecurityTest, TokensAddedOrRemovedTakeEffectWithoutARestart) {
   EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("new-token")));
 }
 
+// A client given ClientOptions::bearer_token_file sends what the file holds
+// now: a token rotated there (the server taking both while one replaces the
+// other) reaches the server from a call a second later on, with the same
+// Client; a file left without a single valid token keeps the last one.
+TEST_F(SecurityTest, AClientSendsTheTokenItsFileHoldsNow) {
+  const std::string server_file = Path("rotating_server_tokens");
+  const std::string client_file = Path("rotating_client_token");
+  ASSERT_TRUE(WriteFile(server_file, {"old-token\n"}).ok());
+  ASSERT_TRUE(WriteFile(client_file, {"old-token\n"}).ok());
+  auto server = Start({absl::StrCat("--auth_token_file=", server_file)});
+  ASSERT_NE(server, nullptr);
+  ClientOptions options;
+  options.bearer_token_file = client_file;
+  std::unique_ptr<Client> client = Connect(*server, options);
+  EXPECT_EQ(Calls(*client)[0], kOk);
+
+  ASSERT_TRUE(WriteFile(server_file, {"old-token\nnew-token\n"}).ok());
+  ASSERT_TRUE(WriteFile(client_file, {"new-token\n"}).ok());
+  absl::SleepFor(absl::Seconds(1.1));  // The client reads at most each second.
+  EXPECT_EQ(Calls(*client)[0], kOk);
+  ASSERT_TRUE(WriteFile(server_file, {"new-token\n"}).ok());
+  ClientOptions old_token;
+  old_token.bearer_token = "old-token";
+  EXPECT_EQ(AwaitCode([&] { return Calls(*Connect(*server, old_token))[0]; },
+                      kUnauthenticated, absl::Seconds(10)),
+            kUnauthenticated);
+  EXPECT_EQ(Calls(*client)[0], kOk) << "the file's new token";
+
+  for (const char* broken : {"", "new-token\nnewer-token\n", "two words\n"}) {
+    ASSERT_TRUE(WriteFile(client_file, {broken}).ok());
+    absl::SleepFor(absl::Seconds(1.1));
+    EXPECT_EQ(Calls(*client)[0], kOk)
+        << "the last token kept over \"" << broken << "\"";
+  }
+
+  // A file that cannot be used, or a token both ways, is refused at Create.
+  options.target = server->address();
+  options.bearer_token_file = Path("no_such_token_file");
+  EXPECT_EQ(Client::Create(options).status().code(),
+            absl::StatusCode::kNotFound);
+  options.bearer_token_file = client_file;
+  EXPECT_THAT(std::string(Client::Create(options).status().message()),
+              ::testing::HasSubstr(" line 1 holds"));
+  ASSERT_TRUE(WriteFile(client_file, {"a\nb\n"}).ok());
+  EXPECT_THAT(std::string(Client::Create(options).status().message()),
+              ::testing::HasSubstr(" holds 2 tokens; a client sends one"));
+  options.bearer_token = "s3cret";
+  EXPECT_THAT(std::string(Client::Create(options).status().message()),
+              ::testing::HasSubstr("bearer_token and bearer_token_file are "
+                                   "both set"));
+}
+
 // The TLS files are read again while the server runs, as a Kubernetes Secret
 // volume updates them (a symbolic link to a directory swapped for another):
 // new connections get the new certificate, connections made before keep
