@@ -410,8 +410,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     args.SetLoadBalancingPolicyName(options.load_balancing_policy);
   }
   // gRPC's reconnection backoff grows to 2 minutes while a server is down, so
-  // a call waiting for it (wait_for_ready) could wait that long more once it
-  // is back; servers restart in seconds, and these clients are few.
+  // calls could fail (or, with wait_for_ready, wait) that long more once it
+  // is back; servers restart in seconds, and a connection attempt every 5 s
+  // (jittered) per client costs a server little.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   if (keepalive) {
     const auto milliseconds = [](absl::Duration d) {
@@ -442,11 +443,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
     ssl.pem_private_key = options.tls_private_key_pem;
     credentials = grpc::SslCredentials(ssl);
   }
-  // Channels alike share their connections through gRPC's global subchannel
-  // pool; each its own pool, each its own connections.
-  if (options.connections > 1) {
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  }
+  // Channels alike, of this client or another, would share their
+  // connections through gRPC's global subchannel pool; each its own pool,
+  // each its own connections.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::vector<Connection> connections;
   for (int i = 0; i < options.connections; ++i) {
     std::shared_ptr<grpc::Channel> channel =
@@ -468,14 +468,32 @@ Client::Client(const ClientOptions& options,
                std::vector<Connection> connections)
     : options_(options),
       token_file_(std::move(token_file)),
-      connections_(std::move(connections)) {}
+      connections_(std::move(connections)),
+      calls_running_(connections_.size(), 0) {}
 
 Client::~Client() = default;
 
-const Client::Connection& Client::NextConnection() {
-  return connections_[calls_made_.fetch_add(1, std::memory_order_relaxed) %
-                      connections_.size()];
-}
+class Client::ConnectionLease {
+ public:
+  explicit ConnectionLease(Client& client) : client_(client) {
+    std::lock_guard<std::mutex> lock(client_.connections_mutex_);
+    const std::vector<int>& running = client_.calls_running_;
+    index_ = std::min_element(running.begin(), running.end()) - running.begin();
+    ++client_.calls_running_[index_];
+  }
+  ~ConnectionLease() {
+    std::lock_guard<std::mutex> lock(client_.connections_mutex_);
+    --client_.calls_running_[index_];
+  }
+  ConnectionLease(const ConnectionLease&) = delete;
+  ConnectionLease& operator=(const ConnectionLease&) = delete;
+
+  const Connection* operator->() const { return &client_.connections_[index_]; }
+
+ private:
+  Client& client_;
+  size_t index_;
+};
 
 absl::Time Client::DeadlineAfter(std::optional<absl::Duration> timeout) const {
   const absl::Duration after = timeout.value_or(options_.default_timeout);
@@ -488,7 +506,8 @@ void Client::PrepareContext(grpc::ClientContext& context, absl::Time deadline,
   if (deadline != absl::InfiniteFuture()) {
     context.set_deadline(absl::ToChronoTime(deadline));
   }
-  context.set_wait_for_ready(options_.wait_for_ready);
+  // Only when asked: unset, a service config's waitForReady still applies.
+  if (options_.wait_for_ready) context.set_wait_for_ready(true);
   if (!request_id.empty()) {
     context.AddMetadata(api::kRequestIdKey, std::string(request_id));
   }
@@ -614,8 +633,9 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   grpc::ClientContext context;
   PrepareContext(context, deadline, call.request_id);
   const CallCanceller::Scope cancel_scope(call.canceller, context);
+  const ConnectionLease connection(*this);
   const grpc::Status status =
-      NextConnection().stub->Transpose(&context, request, &response);
+      connection->stub->Transpose(&context, request, &response);
   if (!status.ok()) {
     advice = ReadRetryAdvice(context);
     return api::FromGrpcStatus(status);
@@ -652,7 +672,8 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
     bool ok = false;
     return queue.Next(&tag, &ok) && ok;
   };
-  grpc::GenericStub stub(NextConnection().channel);
+  const ConnectionLease connection(*this);
+  grpc::GenericStub stub(connection->channel);
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream =
       stub.PrepareCall(
           &context,
@@ -796,7 +817,7 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   PrepareContext(context, DeadlineAfter(timeout), request_id);
   v1::ServerInfo info;
   const absl::Status status =
-      api::FromGrpcStatus(NextConnection().stub->GetServerInfo(
+      api::FromGrpcStatus(ConnectionLease(*this)->stub->GetServerInfo(
           &context, v1::GetServerInfoRequest(), &info));
   if (!status.ok()) return WithRequestId(status, request_id);
   return info;
@@ -823,7 +844,8 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   PrepareContext(context, DeadlineAfter(timeout), "");
   // A probe answers for now: a server out of reach is UNAVAILABLE at once.
   context.set_wait_for_ready(false);
-  grpc::GenericStub stub(NextConnection().channel);
+  const ConnectionLease connection(*this);
+  grpc::GenericStub stub(connection->channel);
   Notification done;
   grpc::Status status;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),

@@ -5,7 +5,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -59,7 +58,7 @@ bool IsRetryable(const absl::Status& status);
 // with its request id.
 std::string StatusText(const absl::Status& status);
 
-// ClientOptions::connections at most: more only add sockets and threads.
+// ClientOptions::connections at most.
 inline constexpr int kMaxConnections = 64;
 
 struct ClientOptions {
@@ -71,11 +70,14 @@ struct ClientOptions {
   // default) of one connection's calls at once, and further calls wait in
   // gRPC for one to end, their deadlines running.
   std::string load_balancing_policy = "round_robin";
-  // HTTP/2 connections to each server, which calls take in turn (1 to
-  // kMaxConnections), each made at its first call. One connection carries
+  // HTTP/2 connections to the target (1 to kMaxConnections), each of its own
+  // to each address the target resolves to. A call takes the connection
+  // running the fewest calls, so calls made one at a time keep to the first,
+  // and the k-th is made once k calls run at once. One connection carries
   // about 3 GB/s of matrices (in + out) on a 16-core host, whatever the calls
   // on it; 8 calls at once over 4 connections made about 10 GB/s, over 8
-  // about 12 (docs/BENCHMARKS.md).
+  // about 12 (docs/BENCHMARKS.md). Each connection runs up to the server's
+  // --max_concurrent_streams calls.
   int connections = 4;
   // Requests up to this size go in one unary message; larger ones stream.
   // Keep it and chunk_bytes within the server's --max_message_bytes
@@ -120,9 +122,9 @@ struct ClientOptions {
   // server restarting, a pod not up yet) instead of ending UNAVAILABLE at once
   // while there is none, as gRPC's wait_for_ready. Their deadline is then all
   // that bounds the wait for a server that never comes. Health checks never
-  // wait. (Whether or not it is set, the client tries to reconnect to a
-  // server that went away at most 5 s apart, where gRPC's own backoff grows to
-  // 2 minutes.)
+  // wait for a connection. (Whether or not it is set, the client tries to
+  // reconnect to a server that went away about every 5 s at most, where
+  // gRPC's own backoff grows to 2 minutes.)
   bool wait_for_ready = false;
   // Deadline for calls that do not set their own: positive, or
   // absl::InfiniteDuration() for none.
@@ -262,7 +264,7 @@ class Client {
   // RESOURCE_EXHAUSTED, ...), INVALID_ARGUMENT before sending anything when
   // `input` is inconsistent, CANCELLED when `call.canceller` ends it,
   // DEADLINE_EXCEEDED, naming the timeout, when the call's own deadline passes,
-  // RESOURCE_EXHAUSTED when the result does not fit in memory. The result is
+  // RESOURCE_EXHAUSTED when allocating the result fails. The result is
   // zero-filled before it arrives; TransposeInto saves that pass.
   absl::StatusOr<TransposeResult> Transpose(const MatrixView& input,
                                             const CallOptions& call = {});
@@ -288,7 +290,8 @@ class Client {
   absl::StatusOr<bool> CheckHealth(const std::string& service = "",
                                    absl::Duration timeout = absl::Seconds(5));
 
-  // The first connection's channel, for calls of a caller's own.
+  // The first connection's channel, for calls of a caller's own (the
+  // client's other connections are not seen through it).
   const std::shared_ptr<grpc::Channel>& channel() const {
     return connections_.front().channel;
   }
@@ -305,8 +308,10 @@ class Client {
   Client(const ClientOptions& options, std::unique_ptr<TokenFile> token_file,
          std::vector<Connection> connections);
 
-  // The connection the next call takes: each in turn.
-  const Connection& NextConnection();
+  // One attempt's hold on a connection: the one running the fewest calls,
+  // the first of those on a tie, so calls made one at a time keep to one
+  // connection, and the next is made only when that many calls run at once.
+  class ConnectionLease;
 
   // What a failed attempt says about another: the server's trailing metadata
   // (gRFC A6: nothing, do not (a negative pushback), or wait at least so
@@ -343,7 +348,9 @@ class Client {
   const ClientOptions options_;
   const std::unique_ptr<TokenFile> token_file_;  // Null without one.
   const std::vector<Connection> connections_;
-  std::atomic<uint64_t> calls_made_{0};
+  std::mutex connections_mutex_;
+  // Per connection, the attempts on it now. Guarded by connections_mutex_.
+  std::vector<int> calls_running_;
 };
 
 }  // namespace transpose

@@ -51,8 +51,8 @@ std::optional<absl::string_view> SentRequestId(const Metadata& metadata) {
 }
 
 // The id that names a call in the server's log and goes back to the client
-// in the response headers: the client's own, or a new one where the client
-// sent none or one that is not valid.
+// in the trailers: the client's own, or a new one where the client sent none
+// or one that is not valid.
 struct RequestId {
   std::string id;
   // " [request ID]" for the call's log lines, with the client's invalid id
@@ -110,7 +110,6 @@ class RpcScope {
         caller_(PeerHost(peer_)),
         request_(NameCall(SentRequestId(context.client_metadata()))),
         start_(absl::Now()) {
-    context_.AddInitialMetadata(api::kRequestIdKey, request_.id);
     metrics_.inflight_requests().Increment();
   }
 
@@ -138,7 +137,12 @@ class RpcScope {
   // to come back, or (for the codes that also mean "busy" or "broken for
   // now", which gRPC retry policies may list) not to, so that a client's
   // policy repeats neither an oversized upload nor a query that faulted a GPU.
+  // The call's request id goes in the trailers, not the response headers: a
+  // failure with custom headers is no longer the Trailers-Only response that
+  // gRPC retry policies need, and a policy takes any headers as the call
+  // committed to its first attempt.
   grpc::Status Reply(const absl::Status& status) {
+    context_.AddTrailingMetadata(api::kRequestIdKey, request_.id);
     if (IsRetryLater(status)) {
       context_.AddTrailingMetadata(api::kRetryPushbackKey,
                                    absl::StrCat(kRetryPushbackMs));
@@ -621,8 +625,8 @@ class TransposeService::HeaderCheck final : public grpc::AuthMetadataProcessor {
   }
 
  private:
-  // The response headers never go out when the header check refuses a call,
-  // so only the client's own id names it.
+  // No trailers of the service's go out when the header check refuses a
+  // call, so only the client's own id names it.
   static std::string RefusedCallSuffix(const InputMetadata& metadata) {
     const std::optional<absl::string_view> sent = SentRequestId(metadata);
     if (!sent.has_value()) return "";

@@ -121,8 +121,10 @@ class ClientPackageTest(unittest.TestCase):
                     "set(TRANSPOSE_CLIENT_ONLY ON)\n"
                     f"add_subdirectory({os.path.realpath(ARGS.repo)} transpose "
                     "EXCLUDE_FROM_ALL)\n"
-                    "add_executable(package_demo main.cc package_demo.cc)\n"
-                    "target_link_libraries(package_demo transpose::client)\n")
+                    "add_library(package_demo_shared SHARED package_demo.cc)\n"
+                    "target_link_libraries(package_demo_shared PRIVATE transpose::client)\n"
+                    "add_executable(package_demo main.cc)\n"
+                    "target_link_libraries(package_demo package_demo_shared)\n")
         build = os.path.join(self.tmp.name, "build-subdirectory")
         configured = self.run_ok(
             "cmake", "-S", source, "-B", build, "-G", "Ninja",

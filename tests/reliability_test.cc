@@ -728,6 +728,11 @@ TEST_F(ReliabilityTest, WaitForReadyCallsRideOutARestart) {
   call.join();
   ASSERT_NE(second, nullptr);
   EXPECT_TRUE(waited.ok()) << waited;
+  // Served by the server that came back, not by another on the freed port.
+  EXPECT_EQ(
+      second->AwaitMetric(
+          "transpose_requests_total{code=\"OK\",method=\"Transpose\"}", 1),
+      1);
 }
 
 // A caller ends its own calls through a CallCanceller: cancelled from its

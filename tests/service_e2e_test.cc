@@ -9,14 +9,18 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -491,6 +495,30 @@ TEST_F(ServiceTest, FinalRefusalsTellRetryPoliciesNotToRetry) {
   }
 }
 
+// A refusal is a Trailers-Only response, with no headers before its status,
+// so a gRPC retry policy (gRFC A6) that lists its code retries it: custom
+// response headers would commit the call to its first attempt.
+TEST_F(ServiceTest, RefusalsReachRetryPoliciesAsTrailersOnly) {
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(R"({"methodConfig": [{
+      "name": [{"service": "transpose.v1.TransposeService"}],
+      "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s",
+                      "maxBackoff": "0.01s", "backoffMultiplier": 1,
+                      "retryableStatusCodes": ["INVALID_ARGUMENT"]}}]})");
+  auto stub = v1::TransposeService::NewStub(grpc::CreateCustomChannel(
+      server_->address(), grpc::InsecureChannelCredentials(), args));
+  const std::string refusals =
+      "transpose_requests_total{code=\"INVALID_ARGUMENT\",method="
+      "\"Transpose\"}";
+  const double before = server_->Metric(refusals).value_or(0);
+  grpc::ClientContext context;
+  v1::TransposeResponse response;
+  EXPECT_EQ(
+      stub->Transpose(&context, v1::TransposeRequest(), &response).error_code(),
+      grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(server_->AwaitMetric(refusals, before + 3), before + 3);
+}
+
 TEST_F(ServiceTest, ConcurrentClientsAllGetTheirOwnResults) {
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
@@ -661,9 +689,9 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  // The response headers carry the call's id: a raw client's own, or a new
-  // one where it sent none, or one with a space, or one far too long (those
-  // two are quoted in the log, escaped and cut).
+  // The trailers carry the call's id: a raw client's own, or a new one where
+  // it sent none, or one with a space, or one far too long (those two are
+  // quoted in the log, escaped and cut).
   // Their eight failures log in a window of their own: the server logs at
   // most ten a second.
   absl::SleepFor(absl::Milliseconds(1100));
@@ -691,9 +719,9 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
       }
       EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
           << status.error_message();
-      const auto& headers = context.GetServerInitialMetadata();
-      const auto found = headers.find(api::kRequestIdKey);
-      ASSERT_NE(found, headers.end()) << "stream " << stream;
+      const auto& trailers = context.GetServerTrailingMetadata();
+      const auto found = trailers.find(api::kRequestIdKey);
+      ASSERT_NE(found, trailers.end()) << "stream " << stream;
       const std::string id(found->second.data(), found->second.size());
       if (sent == "raw-1") {
         EXPECT_EQ(id, "raw-1");
@@ -737,10 +765,11 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr(std::string(129, 'x'))));
 }
 
-// ClientOptions::connections: calls, unary and streamed, take the client's
-// connections in turn, each a TCP connection of its own (the server's log
-// names each call's peer).
-TEST(ConnectionsTest, CallsTakeTheClientsConnectionsInTurn) {
+// ClientOptions::connections: calls made one at a time, unary and streamed,
+// keep to one connection; calls at once take a connection each, up to the
+// client's, each a TCP connection of its own (the server's log names each
+// call's peer).
+TEST(ConnectionsTest, CallsAtOnceSpreadOverTheClientsConnections) {
   char log_template[] = "/tmp/transpose-connections-XXXXXX";
   const int log_fd = mkstemp(log_template);
   ASSERT_GE(log_fd, 0);
@@ -751,37 +780,68 @@ TEST(ConnectionsTest, CallsTakeTheClientsConnectionsInTurn) {
       ServerProcess::StartFromEnvironment(
           {"--log_level=debug", "--unready_seconds=0"}, absl::Seconds(60), log);
   ASSERT_TRUE(server.ok()) << server.status();
-  const std::vector<uint8_t> data(16 * 32, 7);
-  for (const int connections : {1, 3}) {
-    ClientOptions options;
-    options.target = (*server)->address();
-    options.connections = connections;
-    std::unique_ptr<Client> client = *Client::Create(options);
-    for (int i = 0; i < 6; ++i) {
-      CallOptions call;
-      call.force_stream = i % 2 == 1;
-      call.request_id = absl::StrCat("connections-", connections, "-", i);
-      absl::StatusOr<TransposeResult> result =
-          client->Transpose({DataType::kUInt8, {1, 16, 32}, data}, call);
-      ASSERT_TRUE(result.ok()) << result.status();
-      EXPECT_EQ(result->data, data);
+  ClientOptions options;
+  options.target = (*server)->address();
+  options.connections = 3;
+  std::unique_ptr<Client> client = *Client::Create(options);
+  const MatrixShape shape{1, 64, 96};
+  const auto transpose = [&client, &shape](const std::string& id, bool stream,
+                                           std::function<void()> on_progress) {
+    const std::vector<uint8_t> input =
+        RandomBytes(shape.elements() * 2, std::hash<std::string>()(id));
+    CallOptions call;
+    call.force_stream = stream;
+    call.request_id = id;
+    if (on_progress) {
+      call.on_progress = [&on_progress](const TransferProgress&) {
+        on_progress();
+      };
     }
+    absl::StatusOr<TransposeResult> result =
+        client->Transpose({DataType::kInt16, shape, input}, call);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->data, ReferenceTranspose(input, 2, shape));
+  };
+  for (int i = 0; i < 6; ++i) {
+    transpose(absl::StrCat("one-at-a-time-", i), i % 2 == 1, nullptr);
   }
+  // Four streamed calls at once: each holds its connection until all four
+  // have sent their first chunk, so the fourth shares one.
+  std::mutex mutex;
+  std::condition_variable all_sent;
+  int sent = 0;
+  const auto wait_for_all = [&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (++sent == 4) all_sent.notify_all();
+    all_sent.wait_for(lock, std::chrono::seconds(30),
+                      [&sent] { return sent >= 4; });
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      bool waited = false;
+      transpose(absl::StrCat("at-once-", i), true, [&] {
+        if (!std::exchange(waited, true)) wait_for_all();
+      });
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+
   const std::string text =
       (*server)->Stop(SIGTERM) == 0 ? ReadFile(log).value_or("") : "";
   std::map<std::string, std::set<std::string>> peers;
   std::map<std::string, int> calls;
   const std::regex line(
-      R"(Transpose(?:Stream)? from (\S+) ok in [0-9.]+s \[request connections-(\d+)-\d\])");
+      R"(Transpose(?:Stream)? from (\S+) ok in [0-9.]+s \[request ([a-z-]+)-\d\])");
   for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end;
        ++it) {
     peers[(*it)[2]].insert((*it)[1]);
     ++calls[(*it)[2]];
   }
-  EXPECT_EQ(calls["1"], 6) << text;
-  EXPECT_EQ(calls["3"], 6) << text;
-  EXPECT_EQ(peers["1"].size(), 1) << text;
-  EXPECT_EQ(peers["3"].size(), 3) << text;
+  EXPECT_EQ(calls["one-at-a-time"], 6) << text;
+  EXPECT_EQ(calls["at-once"], 4) << text;
+  EXPECT_EQ(peers["one-at-a-time"].size(), 1) << text;
+  EXPECT_EQ(peers["at-once"].size(), 3) << text;
 }
 
 }  // namespace
