@@ -27,6 +27,7 @@
 #include "server/core/notification.h"
 #include "server/core/retry.h"
 #include "server/core/status_macros.h"
+#include "server/core/thread_random.h"
 #include "server/core/token_file.h"
 
 namespace transpose {
@@ -72,13 +73,6 @@ absl::Status CheckResponseHeader(const MatrixView& input,
   return absl::OkStatus();
 }
 
-// One generator per thread: absl::BitGen is not safe to share, and seeding one
-// per use would read the OS's entropy each time.
-absl::BitGen& ThreadRandom() {
-  thread_local absl::BitGen random;
-  return random;
-}
-
 // A wait drawn from half to all of `backoff`, so that clients refused together
 // do not come back together.
 absl::Duration Jittered(absl::Duration backoff) {
@@ -114,12 +108,13 @@ absl::Status CancelledByCaller() {
 
 // gRPC says only "Deadline Exceeded"; this says it was the call's own (the
 // server ends a stalled stream with the same code) and how long it was.
+// `unconnected`: Client::UnconnectedNote's.
 absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
-                               int attempts) {
+                               int attempts, absl::string_view unconnected) {
   return absl::DeadlineExceededError(absl::StrCat(
       last.message(), " (the call's timeout of ", absl::FormatDuration(timeout),
       " passed", attempts > 1 ? absl::StrCat(", in attempt ", attempts) : "",
-      ")"));
+      unconnected, ")"));
 }
 
 }  // namespace
@@ -568,6 +563,18 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   return WithRequestId(stats.status(), named.request_id);
 }
 
+std::string Client::UnconnectedNote() const {
+  if (!options_.wait_for_ready) return "";
+  for (const Connection& connection : connections_) {
+    if (connection.channel->GetState(/*try_to_connect=*/false) ==
+        GRPC_CHANNEL_READY) {
+      return "";
+    }
+  }
+  return absl::StrCat("; no connection to ", options_.target,
+                      " was made (wait_for_ready)");
+}
+
 absl::StatusOr<TransposeStats> Client::TransposeAttempts(
     const MatrixView& input, absl::Span<uint8_t> output,
     const CallOptions& call, uint64_t bytes) {
@@ -580,7 +587,7 @@ absl::StatusOr<TransposeStats> Client::TransposeAttempts(
   };
   if (absl::Now() >= deadline) {
     return OwnDeadlinePassed(absl::DeadlineExceededError("Deadline Exceeded"),
-                             timeout, 1);
+                             timeout, 1, "");
   }
   // The result written over the input (TransposeInto into the input's own
   // buffer): once part of it has arrived, the input is gone.
@@ -598,7 +605,8 @@ absl::StatusOr<TransposeStats> Client::TransposeAttempts(
     // refused on the cancelled stream), the caller ended it.
     if (call.cancelled()) return CancelledByCaller();
     if (own_deadline_passed(stats.status())) {
-      return OwnDeadlinePassed(stats.status(), timeout, attempt);
+      return OwnDeadlinePassed(stats.status(), timeout, attempt,
+                               UnconnectedNote());
     }
     if (!Retriable(stats.status(), advice)) return stats;
     if (in_place && advice.result_arrived) {
@@ -819,6 +827,11 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   const absl::Status status =
       api::FromGrpcStatus(ConnectionLease(*this)->stub->GetServerInfo(
           &context, v1::GetServerInfoRequest(), &info));
+  if (absl::IsDeadlineExceeded(status)) {
+    return WithRequestId(absl::DeadlineExceededError(
+                             absl::StrCat(status.message(), UnconnectedNote())),
+                         request_id);
+  }
   if (!status.ok()) return WithRequestId(status, request_id);
   return info;
 }

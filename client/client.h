@@ -334,6 +334,10 @@ class Client {
                                         RetryAdvice& advice);
   static RetryAdvice ReadRetryAdvice(const grpc::ClientContext& context);
   static bool Retriable(const absl::Status& status, const RetryAdvice& advice);
+  // With wait_for_ready, a call that waited out its deadline for a
+  // connection that never came says so: "; no connection to TARGET was made
+  // (wait_for_ready)" while no connection is ready, else "".
+  std::string UnconnectedNote() const;
   // A call's deadline: `timeout` from now, or the client's default.
   absl::Time DeadlineAfter(std::optional<absl::Duration> timeout) const;
   // TransposeInto's attempts, under `call.request_id`.

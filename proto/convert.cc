@@ -2,10 +2,11 @@
 
 #include <string>
 
-#include "absl/random/random.h"
+#include "absl/random/distributions.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/core/thread_random.h"
 
 namespace transpose::api {
 
@@ -74,10 +75,7 @@ absl::Status CheckRequestId(absl::string_view id) {
 }
 
 std::string NewRequestId() {
-  // One generator per thread: absl::BitGen is not safe to share, and seeding
-  // one per id would read the OS's entropy each time.
-  thread_local absl::BitGen random;
-  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(random));
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(ThreadRandom()));
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

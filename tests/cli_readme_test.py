@@ -228,6 +228,17 @@ class CliReadmeTest(unittest.TestCase):
             self.assertIn(error, result.stderr)
             if error == "DEADLINE_EXCEEDED":
                 self.assertGreaterEqual(elapsed, 2.5, flags)
+                self.assertIn("no connection to 127.0.0.1:1 was made (wait_for_ready)",
+                              result.stderr)
+        # A transfer says so too.
+        np.save(self.path("w.npy"), np.ones((3, 4), np.float32))
+        result = subprocess.run(base + ["--wait_for_ready", "transpose",
+                                        f"--in={self.path('w.npy')}",
+                                        f"--out={self.path('w_t.npy')}"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("(the call's timeout of 3s passed; no connection to 127.0.0.1:1 was made "
+                      "(wait_for_ready))", result.stderr)
 
     def test_health_of_a_hung_server_gives_up_within_seconds(self):
         # A listener that accepts and never answers: without --deadline, health and info wait
