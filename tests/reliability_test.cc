@@ -41,6 +41,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+using testing::ServerLog;
 using testing::ServerProcess;
 using Stream =
     grpc::ClientReaderWriter<v1::TransposeRequest, v1::TransposeResponse>;
@@ -68,31 +69,6 @@ double AwaitGauge(const ServerProcess& server, const std::string& name,
                   double value, absl::Duration timeout = absl::Seconds(5)) {
   return server.AwaitMetric(name, value, timeout);
 }
-
-// A file for a server's log (ServerProcess::Start's stderr_path), removed
-// with this object.
-class ServerLog {
- public:
-  ServerLog() {
-    char path[] = "/tmp/transpose-server-log-XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd >= 0) close(fd);
-    path_ = path;
-  }
-  ~ServerLog() { unlink(path_.c_str()); }
-  ServerLog(const ServerLog&) = delete;
-  ServerLog& operator=(const ServerLog&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string Read() const {
-    std::ifstream file(path_);
-    return std::string(std::istreambuf_iterator<char>(file),
-                       std::istreambuf_iterator<char>());
-  }
-
- private:
-  std::string path_;
-};
 
 v1::TransposeRequest Header(uint64_t rows, uint64_t cols) {
   v1::TransposeRequest header;

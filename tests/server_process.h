@@ -4,8 +4,12 @@
 #define TRANSPOSE_TESTS_SERVER_PROCESS_H_
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +19,31 @@
 #include "absl/time/time.h"
 
 namespace transpose::testing {
+
+// A file for a server's log (ServerProcess::Start's stderr_path), removed
+// with this object.
+class ServerLog {
+ public:
+  ServerLog() {
+    char path[] = "/tmp/transpose-server-log-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    path_ = path;
+  }
+  ~ServerLog() { unlink(path_.c_str()); }
+  ServerLog(const ServerLog&) = delete;
+  ServerLog& operator=(const ServerLog&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string Read() const {
+    std::ifstream file(path_);
+    return std::string(std::istreambuf_iterator<char>(file),
+                       std::istreambuf_iterator<char>());
+  }
+
+ private:
+  std::string path_;
+};
 
 class ServerProcess {
  public:

@@ -23,14 +23,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/metrics_scrape.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "server/core/files.h"
 #include "tests/reference_transpose.h"
 #include "tests/reflection_client.h"
 #include "tests/server_process.h"
@@ -42,6 +40,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::RandomBytes;
 using testing::ReferenceTranspose;
+using testing::ServerLog;
 using testing::ServerProcess;
 using ::testing::StartsWith;
 
@@ -638,17 +637,12 @@ TEST_F(ServiceTest, ReflectionListsTheServices) {
 // of its failure and the server's log lines about it, so one can be found from
 // the other; one that a raw client makes up is escaped there.
 TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
-  char log_template[] = "/tmp/transpose-request-id-XXXXXX";
-  const int log_fd = mkstemp(log_template);
-  ASSERT_GE(log_fd, 0);
-  close(log_fd);
-  const std::string log = log_template;
-  const absl::Cleanup remove_log = [&log] { std::remove(log.c_str()); };
+  const ServerLog log;
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::StartFromEnvironment(
           {"--max_matrix_bytes=1024", "--log_level=debug",
            "--unready_seconds=0"},
-          absl::Seconds(60), log);
+          absl::Seconds(60), log.path());
   ASSERT_TRUE(server.ok()) << server.status();
   ClientOptions options;
   options.target = (*server)->address();
@@ -734,8 +728,7 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
   ASSERT_EQ(returned.size(), 6);
   EXPECT_EQ(std::set<std::string>(returned.begin(), returned.end()).size(), 6);
 
-  const std::string text =
-      (*server)->Stop(SIGTERM) == 0 ? ReadFile(log).value_or("") : "";
+  const std::string text = (*server)->Stop(SIGTERM) == 0 ? log.Read() : "";
   for (const std::string& method : {"Transpose", "TransposeStream"}) {
     EXPECT_THAT(text,
                 ::testing::ContainsRegex(absl::StrCat(
@@ -770,15 +763,11 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
 // client's, each a TCP connection of its own (the server's log names each
 // call's peer).
 TEST(ConnectionsTest, CallsAtOnceSpreadOverTheClientsConnections) {
-  char log_template[] = "/tmp/transpose-connections-XXXXXX";
-  const int log_fd = mkstemp(log_template);
-  ASSERT_GE(log_fd, 0);
-  close(log_fd);
-  const std::string log = log_template;
-  const absl::Cleanup remove_log = [&log] { std::remove(log.c_str()); };
+  const ServerLog log;
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::StartFromEnvironment(
-          {"--log_level=debug", "--unready_seconds=0"}, absl::Seconds(60), log);
+          {"--log_level=debug", "--unready_seconds=0"}, absl::Seconds(60),
+          log.path());
   ASSERT_TRUE(server.ok()) << server.status();
   ClientOptions options;
   options.target = (*server)->address();
@@ -827,8 +816,7 @@ TEST(ConnectionsTest, CallsAtOnceSpreadOverTheClientsConnections) {
   }
   for (std::thread& thread : threads) thread.join();
 
-  const std::string text =
-      (*server)->Stop(SIGTERM) == 0 ? ReadFile(log).value_or("") : "";
+  const std::string text = (*server)->Stop(SIGTERM) == 0 ? log.Read() : "";
   std::map<std::string, std::set<std::string>> peers;
   std::map<std::string, int> calls;
   const std::regex line(
