@@ -56,9 +56,9 @@ ABSL_FLAG(std::optional<int>, attempts, std::nullopt,
           "with backoff, within the deadline (default: 4 for transpose; 1 for "
           "bench, so that it counts refusals).");
 ABSL_FLAG(int, connections, 4,
-          "HTTP/2 connections to the server, which calls take in turn (1 to "
-          "64): one carries about 3 GB/s, so bench --concurrency with large "
-          "matrices goes further with several.");
+          "HTTP/2 connections to the server (1 to 64); a call takes the one "
+          "running the fewest calls. One carries 3-4 GB/s, so calls at once "
+          "with large matrices go further over several.");
 ABSL_FLAG(bool, wait_for_ready, false,
           "Wait, within the deadline, for the server to be reachable (one "
           "restarting, or not up yet) instead of failing UNAVAILABLE at once "
@@ -266,17 +266,22 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
     }
     *file.contents = *std::move(contents);
   }
-  // Checked here to name the flag; the client reads it again as it changes.
+  // Read here to name the flag in its errors; the client reads a file again
+  // as it changes, and a pipe (`<(vault read ...)`) cannot be read twice.
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
-    if (absl::StatusOr<std::string> token = ReadBearerTokenFile(path);
-        !token.ok()) {
+    absl::StatusOr<std::string> token = ReadBearerTokenFile(path);
+    if (!token.ok()) {
       return absl::Status(
           token.status().code(),
           absl::StrCat("--token_file: ", token.status().message()));
     }
-    options.bearer_token_file = path;
+    if (IsRegularFile(path)) {
+      options.bearer_token_file = path;
+    } else {
+      options.bearer_token = *std::move(token);
+    }
   }
-  if (!options.bearer_token_file.empty() && !options.tls &&
+  if (!absl::GetFlag(FLAGS_token_file).empty() && !options.tls &&
       options.tls_root_certs_pem.empty()) {
     std::fprintf(stderr,
                  "warning: the --token_file token goes to %s in plaintext "
@@ -574,9 +579,10 @@ int RunTranspose() {
   bar.Done();
   // The hint only when this call's own deadline ran out (the library names
   // it): the server ends a stalled stream with the same code, and a longer
-  // deadline does not help there.
+  // deadline does not help there, nor to reach a server out of reach.
   if (absl::IsDeadlineExceeded(result.status()) &&
-      absl::Now() - start >= Deadline(/*quick_call=*/false)) {
+      absl::Now() - start >= Deadline(/*quick_call=*/false) &&
+      !absl::StrContains(result.status().message(), "(wait_for_ready)")) {
     return Fail(absl::DeadlineExceededError(absl::StrCat(
         result.status().message(),
         "; a longer --deadline gives large matrices and slow links their "

@@ -312,11 +312,12 @@ class Client::TokenFile {
 
   // The token to send now: the file's, read again when a second has passed
   // since the last read (a read costs a system call or two; calls can come
-  // thousands a second), or the last good one while the file holds none.
+  // thousands a second), or the last good one while the file holds none. A
+  // pipe is read once.
   std::string Token() {
     std::lock_guard<std::mutex> lock(mutex_);
     const absl::Time now = absl::Now();
-    if (now >= next_read_) {
+    if (rereadable_ && now >= next_read_) {
       next_read_ = now + absl::Seconds(1);
       if (watched_.Poll() && watched_.contents().front().ok()) {
         absl::StatusOr<std::string> token =
@@ -329,8 +330,11 @@ class Client::TokenFile {
 
  private:
   explicit TokenFile(const std::string& path)
-      : watched_({path}), next_read_(absl::Now() + absl::Seconds(1)) {}
+      : rereadable_(IsRegularFile(path)),
+        watched_({path}),
+        next_read_(absl::Now() + absl::Seconds(1)) {}
 
+  const bool rereadable_;
   std::mutex mutex_;
   WatchedFiles watched_;  // Guarded by mutex_.
   std::string token_;     // Guarded by mutex_.
@@ -825,7 +829,7 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   PrepareContext(context, DeadlineAfter(timeout), request_id);
   v1::ServerInfo info;
   const absl::Status status =
-      api::FromGrpcStatus(ConnectionLease(*this)->stub->GetServerInfo(
+      api::FromGrpcStatus(connections_.front().stub->GetServerInfo(
           &context, v1::GetServerInfoRequest(), &info));
   if (absl::IsDeadlineExceeded(status)) {
     return WithRequestId(absl::DeadlineExceededError(
@@ -857,8 +861,7 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   PrepareContext(context, DeadlineAfter(timeout), "");
   // A probe answers for now: a server out of reach is UNAVAILABLE at once.
   context.set_wait_for_ready(false);
-  const ConnectionLease connection(*this);
-  grpc::GenericStub stub(connection->channel);
+  grpc::GenericStub stub(connections_.front().channel);
   Notification done;
   grpc::Status status;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),

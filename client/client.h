@@ -74,8 +74,8 @@ struct ClientOptions {
   // to each address the target resolves to. A call takes the connection
   // running the fewest calls, so calls made one at a time keep to the first,
   // and the k-th is made once k calls run at once. One connection carries
-  // about 3 GB/s of matrices (in + out) on a 16-core host, whatever the calls
-  // on it; 8 calls at once over 4 connections made about 10 GB/s, over 8
+  // 3-4 GB/s of matrices (in + out) on a 16-core host, whatever the calls on
+  // it; 8 calls at once over 4 connections made about 10-11 GB/s, over 8
   // about 12 (docs/BENCHMARKS.md). Each connection runs up to the server's
   // --max_concurrent_streams calls.
   int connections = 4;
@@ -279,7 +279,8 @@ class Client {
                                                absl::Span<uint8_t> output,
                                                const CallOptions& call = {});
 
-  // The server's version, backends and limits. `timeout` as
+  // The server's version, backends and limits, over the first connection
+  // (as CheckHealth), not one a transfer would take. `timeout` as
   // CallOptions::timeout, but always set.
   absl::StatusOr<v1::ServerInfo> GetServerInfo(
       absl::Duration timeout = absl::Seconds(10));

@@ -95,7 +95,7 @@ void LogFailedCall(LogRateLimiter& failure_log, absl::string_view method,
 
 // One RPC's accounting: the in-flight gauge while it runs, then its count,
 // duration and, when it failed, a log line and the retry advice for the
-// client.
+// client; and its place in the drain's count until it is destroyed.
 class RpcScope {
  public:
   RpcScope(Metrics& metrics, CallGate& calls, LogRateLimiter& failure_log,
@@ -112,6 +112,14 @@ class RpcScope {
         start_(absl::Now()) {
     metrics_.inflight_requests().Increment();
   }
+  // The drain's count is left only here, with the reactor, which gRPC lets
+  // go once its status is out: a drain that ends as the count does may then
+  // stop the process without cutting off a status still being sent.
+  ~RpcScope() {
+    if (entered_) calls_.Leave();
+  }
+  RpcScope(const RpcScope&) = delete;
+  RpcScope& operator=(const RpcScope&) = delete;
 
   // OK if the caller may make this call: it is allowed in and the server is
   // not draining.
@@ -153,11 +161,10 @@ class RpcScope {
   }
 
   // The call is over, with `status`: counts, times and logs it, and leaves
-  // the in-flight gauge and the drain's count. Once only.
+  // the in-flight gauge. Once only.
   void Record(const absl::Status& status) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
     metrics_.inflight_requests().Decrement();
-    if (entered_) calls_.Leave();
     metrics_.RecordRequest(method_, status.code(), seconds);
     if (!status.ok()) {
       LogFailedCall(failure_log_, RpcMethodName(method_), peer_,

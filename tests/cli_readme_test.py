@@ -239,6 +239,7 @@ class CliReadmeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn("(the call's timeout of 3s passed; no connection to 127.0.0.1:1 was made "
                       "(wait_for_ready))", result.stderr)
+        self.assertNotIn("a longer --deadline", result.stderr)
 
     def test_health_of_a_hung_server_gives_up_within_seconds(self):
         # A listener that accepts and never answers: without --deadline, health and info wait
@@ -351,6 +352,11 @@ class CliReadmeTest(unittest.TestCase):
         result = self.cli("--token_file=" + self.path("token"), "health")
         self.assertIn("plaintext", result.stderr)
         self.assertNotIn("plaintext", self.cli("health").stderr)
+        # A pipe, which cannot be read twice, is read once.
+        piped = subprocess.run([ARGS.cli, f"--server={self.target}", "--token_file=/dev/stdin",
+                                "health"], input="secret\n", capture_output=True, text=True,
+                               timeout=60)
+        self.assertEqual(piped.returncode, 0, piped.stderr)
 
     def test_empty_arrays_transpose_as_numpy_does(self):
         for shape in ((0, 5), (5, 0), (0, 0), (0, 4, 5), (2, 0, 3)):

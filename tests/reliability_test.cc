@@ -1327,6 +1327,9 @@ TEST_F(ReliabilityTest, ConnectionsAreReplacedAtTheirMaxAge) {
     grpc::ClientContext context;
     std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
     ASSERT_TRUE(stream->Write(Header(256, 256)));
+    // Taken by the server before the connection's age: a stream the GOAWAY
+    // overtook would be refused, not finished.
+    EXPECT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 1), 1);
     std::set<int> ports;
     const absl::Time start = absl::Now();
     while (absl::Now() - start < absl::Seconds(3)) {

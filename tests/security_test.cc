@@ -408,6 +408,11 @@ TEST_F(SecurityTest, AClientSendsTheTokenItsFileHoldsNow) {
   EXPECT_EQ(Calls(*client)[0], kOk);
 
   ASSERT_TRUE(WriteFile(server_file, {"old-token\nnew-token\n"}).ok());
+  ClientOptions new_token;
+  new_token.bearer_token = "new-token";
+  ASSERT_EQ(AwaitCode([&] { return Calls(*Connect(*server, new_token))[0]; },
+                      kOk, absl::Seconds(10)),
+            kOk);
   ASSERT_TRUE(WriteFile(client_file, {"new-token\n"}).ok());
   absl::SleepFor(absl::Seconds(1.1));  // The client reads at most each second.
   EXPECT_EQ(Calls(*client)[0], kOk);

@@ -142,6 +142,11 @@ std::string DirectoryOf(const std::string& path) {
 
 }  // namespace
 
+bool IsRegularFile(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -21,6 +21,10 @@ namespace transpose {
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      size_t max_bytes = SIZE_MAX);
 
+// Whether `path` names a regular file (through symbolic links): one that can
+// be read again, unlike a pipe.
+bool IsRegularFile(const std::string& path);
+
 // Writes a file whole or not at all. A regular file (new, or replacing one, or
 // what a symbolic link points to) is written to a temporary file beside it,
 // flushed to disk and renamed over it, keeping the old file's permissions; a
