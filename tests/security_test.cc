@@ -407,21 +407,21 @@ TEST_F(SecurityTest, AClientSendsTheTokenItsFileHoldsNow) {
   std::unique_ptr<Client> client = Connect(*server, options);
   EXPECT_EQ(Calls(*client)[0], kOk);
 
+  // Once the server has taken its file: a new client with `token` gets
+  // `want`.
+  const auto await_code = [&server](const char* token, absl::StatusCode want) {
+    ClientOptions options;
+    options.bearer_token = token;
+    return AwaitCode([&] { return Calls(*Connect(*server, options))[0]; }, want,
+                     absl::Seconds(10));
+  };
   ASSERT_TRUE(WriteFile(server_file, {"old-token\nnew-token\n"}).ok());
-  ClientOptions new_token;
-  new_token.bearer_token = "new-token";
-  ASSERT_EQ(AwaitCode([&] { return Calls(*Connect(*server, new_token))[0]; },
-                      kOk, absl::Seconds(10)),
-            kOk);
+  ASSERT_EQ(await_code("new-token", kOk), kOk);
   ASSERT_TRUE(WriteFile(client_file, {"new-token\n"}).ok());
   absl::SleepFor(absl::Seconds(1.1));  // The client reads at most each second.
   EXPECT_EQ(Calls(*client)[0], kOk);
   ASSERT_TRUE(WriteFile(server_file, {"new-token\n"}).ok());
-  ClientOptions old_token;
-  old_token.bearer_token = "old-token";
-  EXPECT_EQ(AwaitCode([&] { return Calls(*Connect(*server, old_token))[0]; },
-                      kUnauthenticated, absl::Seconds(10)),
-            kUnauthenticated);
+  EXPECT_EQ(await_code("old-token", kUnauthenticated), kUnauthenticated);
   EXPECT_EQ(Calls(*client)[0], kOk) << "the file's new token";
 
   for (const char* broken : {"", "new-token\nnewer-token\n", "two words\n"}) {
@@ -553,8 +553,8 @@ TEST_F(SecurityTest, AReplacedCertificateServesNewConnectionsWithoutARestart) {
 
 // Over TLS, a call without the token is refused from its headers, before gRPC
 // reads its message: eight unary calls of 48 MiB each leave the server's
-// memory as it was (without TLS, gRPC reads each whole before any check can
-// run: docs/RELIABILITY.md), and are counted and logged as refusals; health
+// memory about as it was (without TLS, gRPC reads each whole before any check
+// can run: docs/RELIABILITY.md), and are counted and logged as refusals; health
 // stays open and the token still serves.
 TEST_F(SecurityTest, OverTlsACallWithoutTheTokenIsRefusedBeforeItsMessage) {
   const std::string log = Path("header_check.log");
@@ -586,8 +586,12 @@ TEST_F(SecurityTest, OverTlsACallWithoutTheTokenIsRefusedBeforeItsMessage) {
   }
   for (std::thread& caller : callers) caller.join();
   EXPECT_EQ(codes, Codes(8, kUnauthenticated));
+  // Less than two of the eight messages: a refusal reaches the client while
+  // its data is in flight, so some MiB of each get in first, and a
+  // sanitizer's quarantine keeps what the server freed in its resident set
+  // (55 MiB more under ASan once). Read whole, they took 292 MiB.
   const uint64_t peak = server.PeakResidentBytes();
-  EXPECT_LT(peak, before + (48 << 20))
+  EXPECT_LT(peak, before + 2 * (48 << 20))
       << (peak - before) / (1 << 20) << " MiB more at the peak";
   EXPECT_EQ(
       server.AwaitMetric("transpose_requests_total{code=\"UNAUTHENTICATED\","
