@@ -582,7 +582,7 @@ int RunTranspose() {
   // deadline does not help there, nor to reach a server out of reach.
   if (absl::IsDeadlineExceeded(result.status()) &&
       absl::Now() - start >= Deadline(/*quick_call=*/false) &&
-      !absl::StrContains(result.status().message(), "(wait_for_ready)")) {
+      !MadeNoConnection(result.status())) {
     return Fail(absl::DeadlineExceededError(absl::StrCat(
         result.status().message(),
         "; a longer --deadline gives large matrices and slow links their "

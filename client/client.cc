@@ -15,6 +15,7 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -108,18 +109,36 @@ absl::Status CancelledByCaller() {
 
 // gRPC says only "Deadline Exceeded"; this says it was the call's own (the
 // server ends a stalled stream with the same code) and how long it was.
+constexpr char kNoConnectionPayload[] =
+    "type.googleapis.com/transpose.NoConnection";
+
+// `status` with the mark MadeNoConnection reads where `unconnected`
+// (Client::UnconnectedNote's) says no connection was made.
+absl::Status MarkNoConnection(absl::Status status,
+                              absl::string_view unconnected) {
+  if (!unconnected.empty()) status.SetPayload(kNoConnectionPayload, {});
+  return status;
+}
+
 // `unconnected`: Client::UnconnectedNote's.
 absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
                                int attempts, absl::string_view unconnected) {
-  return absl::DeadlineExceededError(absl::StrCat(
-      last.message(), " (the call's timeout of ", absl::FormatDuration(timeout),
-      " passed", attempts > 1 ? absl::StrCat(", in attempt ", attempts) : "",
-      unconnected, ")"));
+  return MarkNoConnection(
+      absl::DeadlineExceededError(absl::StrCat(
+          last.message(), " (the call's timeout of ",
+          absl::FormatDuration(timeout), " passed",
+          attempts > 1 ? absl::StrCat(", in attempt ", attempts) : "",
+          unconnected, ")")),
+      unconnected);
 }
 
 }  // namespace
 
 bool IsRetryable(const absl::Status& status) { return IsRetryLater(status); }
+
+bool MadeNoConnection(const absl::Status& status) {
+  return status.GetPayload(kNoConnectionPayload).has_value();
+}
 
 std::string StatusText(const absl::Status& status) {
   if (status.ok()) return "OK";
@@ -832,9 +851,12 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
       api::FromGrpcStatus(connections_.front().stub->GetServerInfo(
           &context, v1::GetServerInfoRequest(), &info));
   if (absl::IsDeadlineExceeded(status)) {
-    return WithRequestId(absl::DeadlineExceededError(
-                             absl::StrCat(status.message(), UnconnectedNote())),
-                         request_id);
+    const std::string unconnected = UnconnectedNote();
+    return WithRequestId(
+        MarkNoConnection(absl::DeadlineExceededError(
+                             absl::StrCat(status.message(), unconnected)),
+                         unconnected),
+        request_id);
   }
   if (!status.ok()) return WithRequestId(status, request_id);
   return info;

@@ -53,6 +53,12 @@ absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
 // that does not resolve, or TLS roots that do not verify the server, give.
 bool IsRetryable(const absl::Status& status);
 
+// True for a call that, with ClientOptions::wait_for_ready, waited out its
+// deadline with no connection to the server made: its message ends "no
+// connection to TARGET was made (wait_for_ready)". A longer deadline helps
+// only if the server comes up meanwhile.
+bool MadeNoConnection(const absl::Status& status);
+
 // "CODE: message" for people: what absl::Status::ToString gives, without the
 // payloads (the retry mark IsRetryable reads), so a failed call's text ends
 // with its request id.

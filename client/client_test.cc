@@ -93,6 +93,36 @@ TEST(ClientTransposeTest, AResultThatDoesNotFitInMemoryIsResourceExhausted) {
                            "result"));
 }
 
+// A call that waits for a connection that never comes is marked so, where a
+// call refused at once, or one whose server answered too late, is not.
+TEST(MadeNoConnectionTest, MarksOnlyAWaitThatFoundNoServer) {
+  for (const bool wait_for_ready : {false, true}) {
+    ClientOptions options;
+    options.target = "127.0.0.1:1";  // Nothing listens on port 1.
+    options.wait_for_ready = wait_for_ready;
+    options.max_attempts = 1;
+    options.connections = 1;
+    std::unique_ptr<Client> client = *Client::Create(options);
+    const absl::Status info =
+        client->GetServerInfo(absl::Milliseconds(300)).status();
+    CallOptions call;
+    call.timeout = absl::Milliseconds(300);
+    const absl::Status transposed =
+        client
+            ->Transpose({DataType::kUInt8, {1, 1, 1}, std::vector<uint8_t>{1}},
+                        call)
+            .status();
+    for (const absl::Status& status : {info, transposed}) {
+      EXPECT_EQ(status.code(), wait_for_ready
+                                   ? absl::StatusCode::kDeadlineExceeded
+                                   : absl::StatusCode::kUnavailable)
+          << status;
+      EXPECT_EQ(MadeNoConnection(status), wait_for_ready) << status;
+    }
+  }
+  EXPECT_FALSE(MadeNoConnection(absl::DeadlineExceededError("too slow")));
+}
+
 TEST(StatusTextTest, CodeAndMessageWithoutPayloads) {
   // The retry mark would otherwise follow the request id that ends a failed
   // call's message.

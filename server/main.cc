@@ -866,8 +866,8 @@ int Run() {
   // reckoned from it).
   constexpr absl::Duration kShutdownSlack = absl::Seconds(1);
   if (transport_stopped.WaitForNotificationWithTimeout(
-          (calls_done ? absl::Now() : deadline) + kShutdownSlack -
-          absl::Now())) {
+          calls_done ? kShutdownSlack
+                     : deadline + kShutdownSlack - absl::Now())) {
     transport.join();
   } else if (calls_done) {
     Log(LogLevel::kInfo,

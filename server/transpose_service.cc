@@ -35,11 +35,15 @@ constexpr int kRetryPushbackMs = 100;
 // How log lines quote the request id a client sent (api::kRequestIdKey): as
 // it is, or escaped, cut short and marked where the client library would not
 // send it, so no caller can forge or flood a log line.
-std::string QuoteClientRequestId(absl::string_view sent) {
-  if (api::CheckRequestId(sent).ok()) return std::string(sent);
+std::string QuoteInvalidRequestId(absl::string_view sent) {
   return absl::StrCat("\"",
                       absl::CHexEscape(sent.substr(0, api::kMaxRequestIdBytes)),
                       "\", not a valid id");
+}
+
+std::string QuoteClientRequestId(absl::string_view sent) {
+  if (api::CheckRequestId(sent).ok()) return std::string(sent);
+  return QuoteInvalidRequestId(sent);
 }
 
 // The client's request id from `metadata`, if it sent one.
@@ -67,7 +71,7 @@ RequestId NameCall(std::optional<absl::string_view> sent) {
   std::string id = api::NewRequestId();
   std::string log_suffix =
       sent.has_value() ? absl::StrCat(" [request ", id, "; the client sent ",
-                                      QuoteClientRequestId(*sent), "]")
+                                      QuoteInvalidRequestId(*sent), "]")
                        : absl::StrCat(" [request ", id, "]");
   return {std::move(id), std::move(log_suffix)};
 }
