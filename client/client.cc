@@ -621,8 +621,8 @@ absl::StatusOr<TransposeStats> Client::TransposeAttempts(
     if (call.cancelled()) return CancelledByCaller();
     RetryAdvice advice;
     absl::StatusOr<TransposeStats> stats =
-        unary ? Unary(input, output, call, deadline, advice)
-              : Stream(input, output, call, deadline, advice);
+        unary ? Unary(input, output, call, attempt, deadline, advice)
+              : Stream(input, output, call, attempt, deadline, advice);
     if (stats.ok()) return stats;
     // Whatever the failed attempt reported (CANCELLED from gRPC, or a write
     // refused on the cancelled stream), the caller ended it.
@@ -655,7 +655,7 @@ absl::StatusOr<TransposeStats> Client::TransposeAttempts(
 absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
                                              absl::Span<uint8_t> output,
                                              const CallOptions& call,
-                                             absl::Time deadline,
+                                             int attempt, absl::Time deadline,
                                              RetryAdvice& advice) {
   v1::TransposeRequest request;
   FillHeader(input, call, request);
@@ -678,8 +678,9 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
                         response.data().size(), output.size()));
   }
   std::memcpy(output.data(), response.data().data(), output.size());
-  if (call.on_progress)
-    call.on_progress({output.size(), output.size(), output.size()});
+  if (call.on_progress) {
+    call.on_progress({output.size(), output.size(), output.size(), attempt});
+  }
   return api::FromProto(response.stats());
 }
 
@@ -690,7 +691,7 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
 absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                                               absl::Span<uint8_t> output,
                                               const CallOptions& call,
-                                              absl::Time deadline,
+                                              int attempt, absl::Time deadline,
                                               RetryAdvice& advice) {
   grpc::ClientContext context;
   PrepareContext(context, deadline, call.request_id);
@@ -716,6 +717,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
 
   TransferProgress progress;
   progress.total_bytes = input.data.size();
+  progress.attempt = attempt;
   v1::TransposeRequest header;
   FillHeader(input, call, header);
   // Each chunk goes out as a copy that gRPC owns. gRPC's HTTP/2 transport

@@ -165,6 +165,9 @@ struct TransferProgress {
   uint64_t sent_bytes = 0;
   uint64_t received_bytes = 0;
   uint64_t total_bytes = 0;  // Each way.
+  // The attempt these bytes belong to, from 1: a call sent again starts over
+  // from zero bytes with the next number (ClientOptions::max_attempts).
+  int attempt = 1;
 };
 
 // Ends Transpose calls before they are done, from any thread (a progress
@@ -331,12 +334,12 @@ class Client {
   };
   absl::StatusOr<TransposeStats> Unary(const MatrixView& input,
                                        absl::Span<uint8_t> output,
-                                       const CallOptions& call,
+                                       const CallOptions& call, int attempt,
                                        absl::Time deadline,
                                        RetryAdvice& advice);
   absl::StatusOr<TransposeStats> Stream(const MatrixView& input,
                                         absl::Span<uint8_t> output,
-                                        const CallOptions& call,
+                                        const CallOptions& call, int attempt,
                                         absl::Time deadline,
                                         RetryAdvice& advice);
   static RetryAdvice ReadRetryAdvice(const grpc::ClientContext& context);

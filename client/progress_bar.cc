@@ -21,17 +21,19 @@ bool ProgressBar::StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
 void ProgressBar::Update(const TransferProgress& progress) {
   if (!enabled_ || progress.total_bytes == 0) return;
+  const bool new_attempt = progress.attempt != last_.attempt;
   last_ = progress;
   undrawn_ = true;
   const absl::Time now = clock_();
   // Short transfers draw nothing; the rest redraw at most every 100 ms, except
   // for the last update of each direction: the bar shows the whole upload
-  // while the server works, and ends at 100%.
+  // while the server works, and ends at 100%. A call sent again shows its
+  // new attempt at once, so the bar going back is explained.
   const bool finished = progress.received_bytes == progress.total_bytes ||
                         (progress.received_bytes == 0 &&
                          progress.sent_bytes == progress.total_bytes);
   if (now - start_ < absl::Milliseconds(500) ||
-      (!finished && now - last_draw_ < absl::Milliseconds(100)))
+      (!finished && !new_attempt && now - last_draw_ < absl::Milliseconds(100)))
     return;
   Draw(now);
 }
@@ -48,11 +50,12 @@ void ProgressBar::Draw(absl::Time now) {
   const double seconds = absl::ToDoubleSeconds(now - start_);
   const double moved =
       static_cast<double>(last_.sent_bytes + last_.received_bytes);
-  absl::FPrintF(out_, "\r%-8s [%s%s] %3.0f%% %.1f/%.1f MiB %.2f GB/s ",
-                uploading ? "sending" : "receiving", std::string(filled, '#'),
-                std::string(kWidth - filled, '.'), 100 * fraction,
-                done / 1048576.0, last_.total_bytes / 1048576.0,
-                moved / seconds / 1e9);
+  absl::FPrintF(
+      out_, "\r%-8s [%s%s] %3.0f%% %.1f/%.1f MiB %.2f GB/s %s",
+      uploading ? "sending" : "receiving", std::string(filled, '#'),
+      std::string(kWidth - filled, '.'), 100 * fraction, done / 1048576.0,
+      last_.total_bytes / 1048576.0, moved / seconds / 1e9,
+      last_.attempt > 1 ? absl::StrFormat("(attempt %d) ", last_.attempt) : "");
   std::fflush(out_);
   drawn_ = true;
 }

@@ -60,6 +60,27 @@ TEST(ProgressBarTest, EndsAtOneHundredPercent) {
 
 // A throttled update that the transfer then stops at is drawn by Done, so a
 // failed transfer shows where it stopped.
+// A call sent again starts over from zero: its first update is drawn at once,
+// however soon it comes, and says which attempt it is.
+TEST(ProgressBarTest, ANewAttemptIsDrawnAtOnceAndNamed) {
+  std::FILE* out = std::tmpfile();
+  FakeClock clock;
+  {
+    ProgressBar bar(true, out, clock.Function());
+    clock.now += absl::Milliseconds(600);
+    bar.Update({kTotal / 2, 0, kTotal});
+    clock.now += absl::Milliseconds(10);
+    bar.Update({kTotal / 4, 0, kTotal, /*attempt=*/2});
+    const std::string text = Contents(out);
+    const std::string last_line = text.substr(text.rfind('\r'));
+    EXPECT_THAT(last_line, HasSubstr(" 25% "));
+    EXPECT_THAT(last_line, HasSubstr("(attempt 2)"));
+    EXPECT_THAT(text.substr(0, text.rfind('\r')),
+                ::testing::Not(HasSubstr("attempt")));
+  }
+  std::fclose(out);
+}
+
 TEST(ProgressBarTest, DoneDrawsTheLastUpdate) {
   std::FILE* out = std::tmpfile();
   FakeClock clock;

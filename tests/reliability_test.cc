@@ -654,10 +654,19 @@ TEST_F(ReliabilityTest, ClientRetriesABusyServerButNotAMatrixOverTheLimit) {
   EXPECT_TRUE(IsRetryable(busy)) << busy;
   EXPECT_TRUE(
       while_busy("Transpose", [&] { return Transpose(*retrying, 8, 8); }).ok());
-  // 2 MiB: past the unary limit, so it streams.
+  // 2 MiB: past the unary limit, so it streams. Its progress comes from the
+  // attempt that got through, the first having been refused.
+  std::vector<TransferProgress> progress;
+  CallOptions watched;
+  watched.on_progress = [&progress](const TransferProgress& p) {
+    progress.push_back(p);
+  };
   EXPECT_TRUE(while_busy("TransposeStream", [&] {
-                return Transpose(*retrying, 2048, 256);
+                return Transpose(*retrying, 2048, 256, watched);
               }).ok());
+  ASSERT_FALSE(progress.empty());
+  EXPECT_GE(progress.back().attempt, 2);
+  EXPECT_EQ(progress.back().received_bytes, progress.back().total_bytes);
 
   // 8 MiB against a 4 MiB limit: one refusal, however many attempts allowed.
   const double streams_refused = refusals("TransposeStream");
