@@ -107,8 +107,6 @@ absl::Status CancelledByCaller() {
   return absl::CancelledError("the call was cancelled by its caller");
 }
 
-// gRPC says only "Deadline Exceeded"; this says it was the call's own (the
-// server ends a stalled stream with the same code) and how long it was.
 constexpr char kNoConnectionPayload[] =
     "type.googleapis.com/transpose.NoConnection";
 
@@ -120,6 +118,8 @@ absl::Status MarkNoConnection(absl::Status status,
   return status;
 }
 
+// gRPC says only "Deadline Exceeded"; this says it was the call's own (the
+// server ends a stalled stream with the same code) and how long it was.
 // `unconnected`: Client::UnconnectedNote's.
 absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
                                int attempts, absl::string_view unconnected) {

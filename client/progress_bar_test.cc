@@ -58,8 +58,6 @@ TEST(ProgressBarTest, EndsAtOneHundredPercent) {
   std::fclose(out);
 }
 
-// A throttled update that the transfer then stops at is drawn by Done, so a
-// failed transfer shows where it stopped.
 // A call sent again starts over from zero: its first update is drawn at once,
 // however soon it comes, and says which attempt it is.
 TEST(ProgressBarTest, ANewAttemptIsDrawnAtOnceAndNamed) {
@@ -81,6 +79,8 @@ TEST(ProgressBarTest, ANewAttemptIsDrawnAtOnceAndNamed) {
   std::fclose(out);
 }
 
+// A throttled update that the transfer then stops at is drawn by Done, so a
+// failed transfer shows where it stopped.
 TEST(ProgressBarTest, DoneDrawsTheLastUpdate) {
   std::FILE* out = std::tmpfile();
   FakeClock clock;
