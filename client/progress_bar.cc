@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -15,7 +16,9 @@ ProgressBar::ProgressBar(bool enabled, std::FILE* out,
     : enabled_(enabled),
       out_(out),
       clock_(std::move(clock)),
-      start_(clock_()) {}
+      start_(clock_()),
+      attempt_start_(start_),
+      last_update_(start_) {}
 
 bool ProgressBar::StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
@@ -25,6 +28,8 @@ void ProgressBar::Update(const TransferProgress& progress) {
   last_ = progress;
   undrawn_ = true;
   const absl::Time now = clock_();
+  if (new_attempt) attempt_start_ = last_update_;
+  last_update_ = now;
   // Short transfers draw nothing; the rest redraw at most every 100 ms, except
   // for the last update of each direction: the bar shows the whole upload
   // while the server works, and ends at 100%. A call sent again shows its
@@ -47,7 +52,8 @@ void ProgressBar::Draw(absl::Time now) {
       static_cast<double>(done) / static_cast<double>(last_.total_bytes);
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(fraction * kWidth);
-  const double seconds = absl::ToDoubleSeconds(now - start_);
+  const double seconds =
+      std::max(absl::ToDoubleSeconds(now - attempt_start_), 1e-3);
   const double moved =
       static_cast<double>(last_.sent_bytes + last_.received_bytes);
   absl::FPrintF(
