@@ -1,7 +1,6 @@
 #include "client/progress_bar.h"
 
 #include <cstdio>
-#include <functional>
 #include <string>
 
 #include "absl/time/time.h"
@@ -14,121 +13,110 @@ namespace {
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
-std::string Contents(std::FILE* file) {
-  std::fflush(file);
-  std::rewind(file);
-  std::string text;
-  char buffer[512];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0)
-    text.append(buffer, n);
-  return text;
-}
-
 constexpr uint64_t kTotal = 64 << 20;
 
-// A clock that moves only when told.
-struct FakeClock {
-  absl::Time now = absl::UnixEpoch();
-  std::function<absl::Time()> Function() {
-    return [this] { return now; };
+// A bar drawing into a temporary file, on a clock that moves only when told.
+class ProgressBarTest : public ::testing::Test {
+ protected:
+  ~ProgressBarTest() override { std::fclose(out_); }
+
+  ProgressBar MakeBar(bool enabled = true) {
+    return ProgressBar(enabled, out_, [this] { return now_; });
   }
+  // Moves the clock past the quiet start, after which the bar draws.
+  void PassTheQuietStart() { now_ += absl::Milliseconds(600); }
+
+  std::string Text() {
+    std::fflush(out_);
+    std::rewind(out_);
+    std::string text;
+    char buffer[512];
+    size_t n;
+    while ((n = std::fread(buffer, 1, sizeof(buffer), out_)) > 0)
+      text.append(buffer, n);
+    return text;
+  }
+  // What the bar shows now: the text after the last carriage return.
+  std::string LastLine() {
+    const std::string text = Text();
+    return text.substr(text.rfind('\r'));
+  }
+
+  std::FILE* const out_ = std::tmpfile();
+  absl::Time now_ = absl::UnixEpoch();
 };
 
 // The last update comes within the redraw interval of the one before (the
 // final chunks arrive fast); the bar still ends at 100%.
-TEST(ProgressBarTest, EndsAtOneHundredPercent) {
-  std::FILE* out = std::tmpfile();
-  FakeClock clock;
+TEST_F(ProgressBarTest, EndsAtOneHundredPercent) {
   {
-    ProgressBar bar(true, out, clock.Function());
-    clock.now += absl::Milliseconds(600);  // Past the quiet start.
+    ProgressBar bar = MakeBar();
+    PassTheQuietStart();
     bar.Update({kTotal, kTotal / 2, kTotal});
-    clock.now += absl::Milliseconds(10);
+    now_ += absl::Milliseconds(10);
     bar.Update({kTotal, kTotal - 1, kTotal});
-    clock.now += absl::Milliseconds(10);
+    now_ += absl::Milliseconds(10);
     bar.Update({kTotal, kTotal, kTotal});
     bar.Done();
   }
-  const std::string text = Contents(out);
-  EXPECT_THAT(text, HasSubstr("receiving ["));
-  const std::string last_line = text.substr(text.rfind('\r'));
-  EXPECT_THAT(last_line, HasSubstr("100%"));
-  EXPECT_THAT(text, EndsWith("\n"));
-  std::fclose(out);
+  EXPECT_THAT(Text(), HasSubstr("receiving ["));
+  EXPECT_THAT(LastLine(), HasSubstr("100%"));
+  EXPECT_THAT(Text(), EndsWith("\n"));
 }
 
 // A call sent again starts over from zero: its first update is drawn at once,
 // however soon it comes, says which attempt it is, and gives that attempt's
 // rate (16 MiB in the 10 ms since the first attempt's last update), not one
 // over the whole call.
-TEST(ProgressBarTest, ANewAttemptIsDrawnAtOnceAndNamed) {
-  std::FILE* out = std::tmpfile();
-  FakeClock clock;
-  {
-    ProgressBar bar(true, out, clock.Function());
-    clock.now += absl::Milliseconds(600);
-    bar.Update({kTotal / 2, 0, kTotal});
-    clock.now += absl::Milliseconds(10);
-    bar.Update({kTotal / 4, 0, kTotal, /*attempt=*/2});
-    const std::string text = Contents(out);
-    const std::string last_line = text.substr(text.rfind('\r'));
-    EXPECT_THAT(last_line, HasSubstr(" 25% "));
-    EXPECT_THAT(last_line, HasSubstr(" 1.68 GB/s (attempt 2)"));
-    EXPECT_THAT(text.substr(0, text.rfind('\r')),
-                ::testing::Not(HasSubstr("attempt")));
-  }
-  std::fclose(out);
+TEST_F(ProgressBarTest, ANewAttemptIsDrawnAtOnceAndNamed) {
+  ProgressBar bar = MakeBar();
+  PassTheQuietStart();
+  bar.Update({kTotal / 2, 0, kTotal});
+  now_ += absl::Milliseconds(10);
+  bar.Update({kTotal / 4, 0, kTotal, /*attempt=*/2});
+  EXPECT_THAT(LastLine(), HasSubstr(" 25% "));
+  EXPECT_THAT(LastLine(), HasSubstr(" 1.68 GB/s (attempt 2)"));
+  const std::string text = Text();
+  EXPECT_THAT(text.substr(0, text.rfind('\r')),
+              ::testing::Not(HasSubstr("attempt")));
 }
 
 // A throttled update that the transfer then stops at is drawn by Done, so a
 // failed transfer shows where it stopped.
-TEST(ProgressBarTest, DoneDrawsTheLastUpdate) {
-  std::FILE* out = std::tmpfile();
-  FakeClock clock;
-  ProgressBar bar(true, out, clock.Function());
-  clock.now += absl::Milliseconds(600);
+TEST_F(ProgressBarTest, DoneDrawsTheLastUpdate) {
+  ProgressBar bar = MakeBar();
+  PassTheQuietStart();
   bar.Update({kTotal / 4, 0, kTotal});
-  clock.now += absl::Milliseconds(10);
+  now_ += absl::Milliseconds(10);
   bar.Update({kTotal / 2, 0, kTotal});
   bar.Done();
-  const std::string text = Contents(out);
-  EXPECT_THAT(text.substr(text.rfind('\r')), HasSubstr(" 50%"));
-  std::fclose(out);
+  EXPECT_THAT(LastLine(), HasSubstr(" 50%"));
 }
 
 // The upload's last chunk is drawn however soon it follows the one before:
 // while the server transposes, the bar shows everything sent, not where the
 // redraw interval happened to stop it.
-TEST(ProgressBarTest, TheFinishedUploadIsDrawnBeforeTheWait) {
-  std::FILE* out = std::tmpfile();
-  FakeClock clock;
-  ProgressBar bar(true, out, clock.Function());
-  clock.now += absl::Milliseconds(600);
+TEST_F(ProgressBarTest, TheFinishedUploadIsDrawnBeforeTheWait) {
+  ProgressBar bar = MakeBar();
+  PassTheQuietStart();
   bar.Update({kTotal / 2, 0, kTotal});
-  clock.now += absl::Milliseconds(10);
+  now_ += absl::Milliseconds(10);
   bar.Update({kTotal, 0, kTotal});
-  const std::string text = Contents(out);
-  EXPECT_THAT(text.substr(text.rfind('\r')), HasSubstr("sending  ["));
-  EXPECT_THAT(text.substr(text.rfind('\r')), HasSubstr("100%"));
-  bar.Done();
-  std::fclose(out);
+  EXPECT_THAT(LastLine(), HasSubstr("sending  ["));
+  EXPECT_THAT(LastLine(), HasSubstr("100%"));
 }
 
-TEST(ProgressBarTest, ShortTransfersAndDisabledBarsDrawNothing) {
-  std::FILE* out = std::tmpfile();
-  FakeClock clock;
+TEST_F(ProgressBarTest, ShortTransfersAndDisabledBarsDrawNothing) {
   {
-    ProgressBar quick(true, out, clock.Function());
-    clock.now += absl::Milliseconds(400);
+    ProgressBar quick = MakeBar();
+    now_ += absl::Milliseconds(400);
     quick.Update({kTotal, kTotal, kTotal});
     quick.Done();
-    ProgressBar off(false, out, clock.Function());
-    clock.now += absl::Milliseconds(600);
+    ProgressBar off = MakeBar(/*enabled=*/false);
+    PassTheQuietStart();
     off.Update({kTotal, kTotal, kTotal});
   }
-  EXPECT_EQ(Contents(out), "");
-  std::fclose(out);
+  EXPECT_EQ(Text(), "");
 }
 
 }  // namespace
