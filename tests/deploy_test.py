@@ -11,6 +11,8 @@ import glob
 import json
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -107,9 +109,10 @@ class DeployTest(unittest.TestCase):
     def check_probe(self, name, container, probe, grpc_port, tls):
         """A probe asks the server's health: natively, over plaintext gRPC, or, on a TLS port
         (which refuses plaintext), with the image's CLI over TLS. Readiness asks for the API's
-        service, which turns NOT_SERVING when the server drains. On a TLS port, start-up and
-        liveness ask only that the port answers: a certificate that cannot be used must not
-        restart every pod at once."""
+        service, which turns NOT_SERVING when the server drains. On a TLS port, start-up asks
+        only that the port answers, and liveness fails only on an answer of NOT_SERVING (the
+        CLI's exit 1), not on no answer: a certificate that cannot be used must not restart
+        every pod at once."""
         spec = container[probe]
         where = f"{name} {probe}"
         readiness = probe == "readinessProbe"
@@ -117,8 +120,6 @@ class DeployTest(unittest.TestCase):
             self.assertFalse(readiness, where + ": readiness must ask the server's health")
             self.assertEqual(spec["tcpSocket"]["port"], grpc_port, where)
             return
-        self.assertFalse(tls and not readiness,
-                         where + ": on a TLS port, only readiness may depend on the certificate")
         if "grpc" in spec:
             self.assertFalse(tls, where + ": a plaintext gRPC probe on a TLS port")
             self.assertEqual(spec["grpc"]["port"], grpc_port, where)
@@ -126,6 +127,10 @@ class DeployTest(unittest.TestCase):
                 self.assertEqual(spec["grpc"]["service"], "transpose.v1.TransposeService")
             return
         command = spec["exec"]["command"]
+        if tls and not readiness:
+            self.assertEqual(probe, "livenessProbe", where + ": start-up must not need the "
+                             "certificate")
+            command = self.liveness_cli(command, where)
         self.assertEqual(command[0], "transpose", where)
         self.assertIn("health", command, where)
         uses = flag_uses(command[1:])
@@ -140,11 +145,21 @@ class DeployTest(unittest.TestCase):
             mounts = [m["mountPath"] for m in container["volumeMounts"]]
             self.assertTrue(any(uses["tls_ca"].startswith(m + "/") for m in mounts), where)
 
+    def liveness_cli(self, command, where):
+        """The CLI command of a TLS liveness probe, `sh -c 'CLI; test $? -ne 1'`: it fails only
+        when the CLI exits 1, the server's answer of NOT_SERVING."""
+        self.assertEqual(command[:2], ["sh", "-c"], where)
+        self.assertEqual(len(command), 3, where)
+        cli, _, rest = command[2].partition(";")
+        self.assertEqual(rest.strip(), "test $? -ne 1", where)
+        return shlex.split(cli)
+
     def test_a_tls_overlay_serves_its_certificate_to_its_probes(self):
         """Where an overlay serves TLS: the certificate and key come from a mounted Secret that a
         cert-manager Certificate of the overlay fills, for names that include the address the
-        probes ask; and the readiness probe's own command, run against the real server with such
-        files, passes, while against a plaintext server it fails."""
+        probes ask; and the probes' own commands, run against the real server with such files:
+        readiness passes, and fails against a plaintext server; liveness passes against both,
+        and both fail once the server answers NOT_SERVING."""
         overlays = [n for n, d in self.objects("Deployment")
                     if "tls_cert" in flag_uses(d["spec"]["template"]["spec"]["containers"][0]["args"])]
         self.assertTrue(overlays, "no overlay serves TLS")
@@ -187,9 +202,21 @@ class DeployTest(unittest.TestCase):
                     f.write("probe-test-token\n")
                 local = lambda arg: re.sub(r"/etc/transpose/(tls|auth)/(\w+)",
                                            lambda m: os.path.join(tmp, m.group(2)), arg)
+                liveness = self.liveness_cli(container["livenessProbe"]["exec"]["command"],
+                                             name)
+
+                def run_probe(command, port, shell=False):
+                    argv = [ARGS.cli] + [
+                        local(re.sub(r"^--server=(.*):\d+$", r"--server=\1:" + port, arg))
+                        for arg in command[1:]]
+                    if shell:
+                        argv = ["sh", "-c", shlex.join(argv) + "; test $? -ne 1"]
+                    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
                 for tls in (True, False):
                     args = [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0",
-                            "--metrics_address=", local(f"--auth_token_file={uses['auth_token_file']}")]
+                            "--metrics_address=", "--unready_seconds=60",
+                            local(f"--auth_token_file={uses['auth_token_file']}")]
                     if tls:
                         args += [local(f"--{f}={uses[f]}") for f in ("tls_cert", "tls_key")]
                     server = subprocess.Popen(args, stdout=subprocess.PIPE,
@@ -198,15 +225,25 @@ class DeployTest(unittest.TestCase):
                         line = server.stdout.readline()
                         self.assertTrue(line.startswith("listening on "), line)
                         port = line.strip().rsplit(":", 1)[1]
-                        command = [ARGS.cli] + [
-                            local(re.sub(r"^--server=(.*):\d+$", r"--server=\1:" + port, arg))
-                            for arg in probe[1:]]
-                        run = subprocess.run(command, capture_output=True, text=True,
-                                             timeout=30)
-                        if tls:
-                            self.assertEqual(run.returncode, 0, f"{name}: {run.stdout}{run.stderr}")
-                        else:
-                            self.assertNotEqual(run.returncode, 0, f"{name}: {run.stdout}")
+                        ready = run_probe(probe, port)
+                        alive = run_probe(liveness, port, shell=True)
+                        # Without TLS the probes get no answer: not ready, but alive, so a
+                        # certificate that cannot be used restarts nothing.
+                        self.assertEqual(alive.returncode, 0, f"{name}: {alive.stderr}")
+                        if not tls:
+                            self.assertNotEqual(ready.returncode, 0, f"{name}: {ready.stdout}")
+                            continue
+                        self.assertEqual(ready.returncode, 0, f"{name}: {ready.stdout}{ready.stderr}")
+                        # An answer of NOT_SERVING (here: draining, held there by
+                        # --unready_seconds) fails both.
+                        server.send_signal(signal.SIGTERM)
+                        for _ in range(50):
+                            ready = run_probe(probe, port)
+                            if ready.returncode != 0:
+                                break
+                        self.assertEqual(ready.returncode, 1, f"{name}: {ready.stdout}")
+                        alive = run_probe(liveness, port, shell=True)
+                        self.assertEqual(alive.returncode, 1, f"{name}: {alive.stdout}")
                     finally:
                         server.kill()
                         server.wait(timeout=30)
