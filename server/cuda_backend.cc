@@ -426,11 +426,12 @@ void CudaBackend::ReleaseSlot(Slot& slot) {
 }
 
 absl::Status CudaBackend::Check(cudaError_t error, absl::string_view what) {
-  // Once per device: the line an operator looks for when one GPU of a pod
-  // stops serving while the others go on (health turns NOT_SERVING only when
-  // none is left).
+  // Once per device: the line (and transpose_backend_healthy's 0) an operator
+  // looks for when one GPU of a pod stops serving while the others go on
+  // (health turns NOT_SERVING only when none is left).
   if (error != cudaSuccess && IsStickyError(error) &&
       healthy_.exchange(false)) {
+    series_->healthy->Set(0);
     Log(LogLevel::kError,
         "%s: %s (%s) in %s: the device is out of service until the server "
         "restarts",

@@ -101,6 +101,13 @@ Metrics::Metrics(prometheus::Registry& registry, absl::string_view version)
               .Name("transpose_device_memory_used_bytes")
               .Help("Memory held by the backend's buffer pools.")
               .Register(registry)),
+      backend_healthy_(
+          prometheus::BuildGauge()
+              .Name("transpose_backend_healthy")
+              .Help("1 while the backend takes jobs; 0 once a fault (a sticky "
+                    "CUDA error) took it out of service until the server "
+                    "restarts.")
+              .Register(registry)),
       inflight_requests_(&prometheus::BuildGauge()
                               .Name("transpose_inflight_requests")
                               .Help("RPCs started and not yet finished.")
@@ -135,6 +142,8 @@ Metrics::BackendSeries* Metrics::AddBackend(
   series->busy_streams = &busy_streams_.Add({{"backend", name}});
   series->device_memory_used_bytes =
       &device_memory_used_.Add({{"backend", name}});
+  series->healthy = &backend_healthy_.Add({{"backend", name}});
+  series->healthy->Set(1);
   for (const std::string& kernel : kernel_names) {
     const prometheus::Labels labels = {{"backend", name},
                                        {"algorithm", kernel}};

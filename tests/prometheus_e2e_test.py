@@ -42,6 +42,7 @@ CONTRACT = {
     "transpose_stream_pool_busy_streams": "gauge",
     "transpose_device_memory_used_bytes": "gauge",
     "transpose_build_info": "gauge",
+    "transpose_backend_healthy": "gauge",
 }
 
 
@@ -164,6 +165,9 @@ class ObservabilityTest(unittest.TestCase):
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
         for name, kind in CONTRACT.items():
             self.assertIn(f"# TYPE {name} {kind}\n", text)
+        # The CPU backend takes jobs; a faulted GPU's 0 is checked on the GPU machine
+        # (reliability_test, AStickyGpuFaultTakesTheDeviceOutOfService).
+        self.assertIn('\ntranspose_backend_healthy{backend="cpu"} 1\n', text)
         # Beside the admission gauges, the limits they count against: the server's flags.
         self.assertIn(f"\ntranspose_admission_limit_bytes {self.LIMIT_BYTES}\n", text)
         self.assertIn(f"\ntranspose_admission_limit_requests {self.LIMIT_REQUESTS}\n", text)

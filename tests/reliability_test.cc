@@ -1597,6 +1597,13 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
                    : std::string(found->second.data(), found->second.size());
     return api::FromGrpcStatus(status);
   };
+  const auto device_healthy = [&server](int device) {
+    return server->Metric(absl::StrCat(
+        "transpose_backend_healthy{backend=\"cuda:", device, "\"}"));
+  };
+  for (int device = 0; device < devices; ++device) {
+    EXPECT_EQ(device_healthy(device), 1.0) << "cuda:" << device;
+  }
   int faults = 0;
   absl::Status status = absl::OkStatus();
   for (int i = 0; i < 4 * devices; ++i) {
@@ -1614,6 +1621,10 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_FALSE(serving_after_a_health_check());
   EXPECT_EQ(Transpose(*client, 64, 64).code(), absl::StatusCode::kUnavailable);
+  // Each device's gauge says it is out of service, one by one as they fault.
+  for (int device = 0; device < devices; ++device) {
+    EXPECT_EQ(device_healthy(device), 0.0) << "cuda:" << device;
+  }
   EXPECT_EQ(server->Stop(SIGTERM), 0);
   // Each device says, once, that it is out of service, and why.
   const std::string log = server_log.Read();
