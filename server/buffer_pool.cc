@@ -22,16 +22,6 @@ constexpr size_t kPage = 4096;
 // docs/BENCHMARKS.md).
 constexpr size_t kHugePageMinBytes = size_t{8} << 20;
 
-// Rounds up to a size class: whole pages below 64 KiB, then four classes per
-// power of two, so buffers are reused across nearby sizes and waste at most a
-// quarter.
-size_t SizeClass(size_t bytes) {
-  if (bytes <= 64 * 1024) return (bytes + kPage - 1) / kPage * kPage;
-  const int top = 63 - absl::countl_zero(static_cast<uint64_t>(bytes));
-  const size_t step = size_t{1} << (top - 2);
-  return (bytes + step - 1) / step * step;
-}
-
 // Pages straight from the kernel: freeing gives them back at once, where malloc
 // would keep large blocks in its arenas (glibc raises its mmap threshold after
 // each large free), so the server's resident memory tracks what its pools hold.
@@ -63,6 +53,15 @@ class HostAllocator final : public MemoryAllocator {
 };
 
 }  // namespace
+
+// Whole pages below 64 KiB, then four classes per power of two, so buffers are
+// reused across nearby sizes and waste at most a quarter.
+size_t BufferPool::SizeClass(size_t bytes) {
+  if (bytes <= 64 * 1024) return (bytes + kPage - 1) / kPage * kPage;
+  const int top = 63 - absl::countl_zero(static_cast<uint64_t>(bytes));
+  const size_t step = size_t{1} << (top - 2);
+  return (bytes + step - 1) / step * step;
+}
 
 std::unique_ptr<MemoryAllocator> NewHostAllocator() {
   return std::make_unique<HostAllocator>();

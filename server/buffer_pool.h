@@ -63,6 +63,11 @@ class BufferPool {
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
+  // What a buffer for `bytes` takes: its size rounded up to a size class. A
+  // buffer larger than max_idle_bytes is freed when released, and allocated
+  // again for the next request.
+  static size_t SizeClass(size_t bytes);
+
   // The smallest idle buffer that holds `bytes`, or a new one.
   absl::StatusOr<Buffer> Acquire(size_t bytes);
 

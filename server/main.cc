@@ -31,6 +31,7 @@
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "proto/convert.h"
+#include "server/buffer_pool.h"
 #include "server/core/command_line.h"
 #include "server/core/files.h"
 #include "server/core/host_port.h"
@@ -69,9 +70,9 @@ ABSL_FLAG(
     "Largest data in one message, in bytes: a unary Transpose matrix, or one "
     "TransposeStream chunk.");
 ABSL_FLAG(uint64_t, max_matrix_bytes, uint64_t{4} << 30,
-          "Largest matrix, in bytes, for TransposeStream (at most "
-          "--max_inflight_bytes and --max_inflight_bytes_per_peer, where "
-          "those are set).");
+          "Largest matrix, in bytes (at most --max_inflight_bytes and "
+          "--max_inflight_bytes_per_peer, where those are set; a Transpose "
+          "call is also bounded by --max_message_bytes).");
 ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,
           "Data bytes per TransposeStream response message.");
 ABSL_FLAG(
@@ -585,15 +586,36 @@ int Run() {
         info.name, info.device_name, info.streams,
         info.copy_bandwidth_bytes_per_second / 1e9);
   }
+  const bool on_gpus = absl::c_any_of(names, [](const std::string& name) {
+    return absl::StartsWith(name, "cuda:");
+  });
   // Loud, since a flag file or --fromenv could set it where nobody meant to.
   if (const int jobs = absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs);
-      jobs > 0 && absl::c_any_of(names, [](const std::string& name) {
-        return absl::StartsWith(name, "cuda:");
-      })) {
+      jobs > 0 && on_gpus) {
     Log(LogLevel::kWarning,
         "--testing_cuda_fault_after_jobs=%d: a testing flag; every GPU faults "
         "on purpose after %d jobs and leaves service",
         jobs, jobs);
+  }
+
+  // A buffer larger than the pool is pinned (or mapped) and freed again with
+  // every request: a 1 GiB request ran at 56.5% of its pooled throughput on
+  // the H200 (docs/BENCHMARKS.md).
+  uint64_t largest_matrix = absl::GetFlag(FLAGS_max_matrix_bytes);
+  for (const uint64_t limit :
+       {absl::GetFlag(FLAGS_max_inflight_bytes),
+        absl::GetFlag(FLAGS_max_inflight_bytes_per_peer)}) {
+    if (limit > 0) largest_matrix = std::min(largest_matrix, limit);
+  }
+  const uint64_t pool_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
+  if (const uint64_t buffer = BufferPool::SizeClass(largest_matrix);
+      buffer > pool_bytes) {
+    Log(LogLevel::kWarning,
+        "--buffer_pool_bytes=%d cannot keep a buffer for the largest matrices "
+        "(up to %d bytes, in buffers of %d), so theirs are allocated%s and "
+        "freed with every request, which can halve their throughput; raise "
+        "--buffer_pool_bytes to %d or more, or lower --max_matrix_bytes",
+        pool_bytes, largest_matrix, buffer, on_gpus ? " (pinned)" : "", buffer);
   }
 
   EngineOptions engine_options;

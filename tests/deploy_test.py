@@ -105,6 +105,22 @@ class DeployTest(unittest.TestCase):
         worst = inflight * 5 // 4 + gpus * flag("buffer_pool_bytes") + transport
         self.assertLessEqual(worst, int(limit[:-2]) * gib,
                              f"{name}: {worst / gib:.0f} GiB at worst, limit {limit}")
+        # The pool keeps a buffer for the largest matrix the limits admit: the server, started
+        # with the overlay's limits, does not warn that it cannot.
+        limits = [f"--{f}={uses[f]}" for f in ("max_matrix_bytes", "max_inflight_bytes",
+                                               "max_inflight_bytes_per_peer",
+                                               "buffer_pool_bytes") if f in uses]
+        server = subprocess.Popen(
+            [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0", "--metrics_address=",
+             "--log_level=warning"] + limits,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = server.stdout.readline()
+            self.assertTrue(line.startswith("listening on "), f"{name}: {line}")
+        finally:
+            server.kill()
+            _, log = server.communicate(timeout=30)
+        self.assertNotIn("cannot keep a buffer", log, name)
 
     def check_probe(self, name, container, probe, grpc_port, tls):
         """A probe asks the server's health: natively, over plaintext gRPC, or, on a TLS port

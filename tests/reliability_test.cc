@@ -25,6 +25,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
@@ -1319,6 +1320,43 @@ std::set<int> ClientPortsTo(int server_port) {
     }
   }
   return ports;
+}
+
+// A buffer the pool cannot keep is allocated (pinned, on a GPU) and freed with
+// every request: a pool too small for the largest matrix the limits admit is
+// a misconfiguration worth a line at start, and one that holds it is not.
+TEST_F(ReliabilityTest, APoolTooSmallForTheLargestMatricesIsWarnedOfAtStart) {
+  struct Case {
+    std::vector<std::string> flags;
+    bool warned;
+  };
+  const Case cases[] = {
+      {{"--buffer_pool_bytes=2147483648"}, true},  // 4 GiB matrices.
+      {{"--buffer_pool_bytes=2147483648", "--max_matrix_bytes=2147483648"},
+       false},
+      {{"--buffer_pool_bytes=2147483648",
+        "--max_inflight_bytes_per_peer=2147483648"},
+       false},
+      {{"--buffer_pool_bytes=3221225472", "--max_matrix_bytes=3221225473"},
+       true},  // A 3.5 GiB buffer.
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrJoin(c.flags, " "));
+    const ServerLog server_log;
+    std::vector<std::string> flags = c.flags;
+    flags.insert(flags.end(), {"--log_level=warning", "--unready_seconds=0"});
+    auto server = Start(flags, server_log.path());
+    ASSERT_NE(server, nullptr);
+    EXPECT_EQ(server->Stop(SIGTERM), 0);
+    const std::string log = server_log.Read();
+    if (c.warned) {
+      EXPECT_THAT(log, HasSubstr("WARNING --buffer_pool_bytes="));
+      EXPECT_THAT(log, HasSubstr("cannot keep a buffer for the largest "
+                                 "matrices"));
+    } else {
+      EXPECT_THAT(log, Not(HasSubstr("cannot keep a buffer"))) << log;
+    }
+  }
 }
 
 // A connection gets a GOAWAY at --max_connection_age_seconds: the client
