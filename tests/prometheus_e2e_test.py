@@ -228,7 +228,7 @@ class ObservabilityTest(unittest.TestCase):
                       "Kernel time p50 / p99 per device", "Achieved kernel bandwidth per device",
                       "Kernels, % of the device's copy bandwidth",
                       "Bytes moved by kernels per second", "Scrape targets up",
-                      "Server-side error ratio"):
+                      "Server-side error ratio", "Devices in service"):
             self.assertNotIn(title, empty)
 
     def test_per_device_panels_keep_pods_apart(self):
