@@ -598,26 +598,6 @@ int Run() {
         jobs, jobs);
   }
 
-  // A buffer larger than the pool is pinned (or mapped) and freed again with
-  // every request: a 1 GiB request ran at 56.5% of its pooled throughput on
-  // the H200 (docs/BENCHMARKS.md).
-  uint64_t largest_matrix = absl::GetFlag(FLAGS_max_matrix_bytes);
-  for (const uint64_t limit :
-       {absl::GetFlag(FLAGS_max_inflight_bytes),
-        absl::GetFlag(FLAGS_max_inflight_bytes_per_peer)}) {
-    if (limit > 0) largest_matrix = std::min(largest_matrix, limit);
-  }
-  const uint64_t pool_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
-  if (const uint64_t buffer = BufferPool::SizeClass(largest_matrix);
-      buffer > pool_bytes) {
-    Log(LogLevel::kWarning,
-        "--buffer_pool_bytes=%d cannot keep a buffer for the largest matrices "
-        "(up to %d bytes, in buffers of %d), so theirs are allocated%s and "
-        "freed with every request, which can halve their throughput; raise "
-        "--buffer_pool_bytes to %d or more, or lower --max_matrix_bytes",
-        pool_bytes, largest_matrix, buffer, on_gpus ? " (pinned)" : "", buffer);
-  }
-
   EngineOptions engine_options;
   engine_options.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);
   engine_options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
@@ -628,6 +608,21 @@ int Run() {
   engine_options.max_inflight_requests_per_caller =
       absl::GetFlag(FLAGS_max_inflight_requests_per_peer);
   Engine engine(*std::move(backends), engine_options);
+
+  // A buffer larger than the pool is pinned (or mapped) and freed again with
+  // every request: a 1 GiB request ran at 56.5% of its pooled throughput on
+  // the H200 (docs/BENCHMARKS.md).
+  const uint64_t largest_matrix = engine.options().max_matrix_bytes;
+  const uint64_t pool_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
+  if (const uint64_t buffer = BufferPool::SizeClass(largest_matrix);
+      buffer > pool_bytes) {
+    Log(LogLevel::kWarning,
+        "--buffer_pool_bytes=%d cannot keep a buffer for the largest matrices "
+        "(up to %d bytes, in buffers of %d), so theirs are allocated%s and "
+        "freed with every request, which can halve their throughput; raise "
+        "--buffer_pool_bytes to %d or more, or lower --max_matrix_bytes",
+        pool_bytes, largest_matrix, buffer, on_gpus ? " (pinned)" : "", buffer);
+  }
 
   ServiceOptions service_options;
   service_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -154,7 +154,8 @@ class DeployTest(unittest.TestCase):
         self.assertEqual(uses["server"].rsplit(":", 1)[1], str(grpc_port), where)
         if readiness:
             self.assertEqual(uses.get("service"), "transpose.v1.TransposeService", where)
-        # The CLI gives up before the kubelet does, so a slow answer is a failure, not a hang.
+        # The CLI gives up before the kubelet does, so a slow answer ends as the CLI says (a
+        # failure for readiness; no answer, which passes, for a TLS liveness), not as a hang.
         self.assertRegex(uses["deadline"], r"^\d+s$", where)
         self.assertLess(int(uses["deadline"][:-1]), spec["timeoutSeconds"], where)
         if tls:
@@ -242,9 +243,12 @@ class DeployTest(unittest.TestCase):
                         self.assertTrue(line.startswith("listening on "), line)
                         port = line.strip().rsplit(":", 1)[1]
                         ready = run_probe(probe, port)
+                        # Without TLS the probes get no answer (the CLI's exit 3): not ready, but
+                        # alive, so a certificate that cannot be used restarts nothing.
+                        health = run_probe(liveness, port)
+                        self.assertEqual(health.returncode, 0 if tls else 3,
+                                         f"{name}: {health.stdout}{health.stderr}")
                         alive = run_probe(liveness, port, shell=True)
-                        # Without TLS the probes get no answer: not ready, but alive, so a
-                        # certificate that cannot be used restarts nothing.
                         self.assertEqual(alive.returncode, 0, f"{name}: {alive.stderr}")
                         if not tls:
                             self.assertNotEqual(ready.returncode, 0, f"{name}: {ready.stdout}")
