@@ -15,6 +15,10 @@ namespace {
 
 constexpr size_t kPage = 4096;
 
+size_t RoundToPages(size_t bytes) {
+  return (bytes + kPage - 1) / kPage * kPage;
+}
+
 // From this size on, buffers are advised onto transparent huge pages: the CPU
 // transpose writes each output line into a different 4 KiB page, so with small
 // pages nearly every store misses the TLB (float32 8192² on the 2-core CI
@@ -45,11 +49,6 @@ class HostAllocator final : public MemoryAllocator {
   void Free(void* data, size_t bytes) override {
     munmap(data, RoundToPages(bytes));
   }
-
- private:
-  static size_t RoundToPages(size_t bytes) {
-    return (bytes + kPage - 1) / kPage * kPage;
-  }
 };
 
 }  // namespace
@@ -57,7 +56,7 @@ class HostAllocator final : public MemoryAllocator {
 // Whole pages below 64 KiB, then four classes per power of two, so buffers are
 // reused across nearby sizes and waste at most a quarter.
 size_t BufferPool::SizeClass(size_t bytes) {
-  if (bytes <= 64 * 1024) return (bytes + kPage - 1) / kPage * kPage;
+  if (bytes <= 64 * 1024) return RoundToPages(bytes);
   const int top = 63 - absl::countl_zero(static_cast<uint64_t>(bytes));
   const size_t step = size_t{1} << (top - 2);
   return (bytes + step - 1) / step * step;
