@@ -132,6 +132,18 @@ absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
       unconnected);
 }
 
+// The server's resource quota (--max_transport_bytes) frees memory by
+// resetting a stream (RST_STREAM ENHANCE_YOUR_CALM) of whichever connection its
+// reclaimer reaches first, not necessarily the one that used the memory, and
+// gRPC 1.51 tells it from a size refusal only in this text. This library's
+// messages are within the server's limits, so the reset was not the call's
+// doing.
+bool ResetByTransportQuota(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) &&
+         absl::StartsWith(status.message(),
+                          "Received RST_STREAM with error code 11");
+}
+
 }  // namespace
 
 bool IsRetryable(const absl::Status& status) { return IsRetryLater(status); }
@@ -206,10 +218,11 @@ Client::RetryAdvice Client::ReadRetryAdvice(
 // reaches here as, before any of the result arrived: a server shutting down
 // cancels the calls that arrive as its transport closes (later, it is the
 // server giving up on a reader, which a repeat would not help).
-// RESOURCE_EXHAUSTED only when the service said to retry (it was busy): the
-// same code also comes from limits that a repeat meets again, such as a message
-// over gRPC's size limit or a matrix over the server's, and repeating an
-// oversized upload would only load the server.
+// RESOURCE_EXHAUSTED only when the service said to retry (it was busy), or
+// when the server's transport quota reset the stream: the same code also comes
+// from limits that a repeat meets again, such as a message over gRPC's size
+// limit or a matrix over the server's, and repeating an oversized upload would
+// only load the server.
 bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
   if (advice.never) return false;
   switch (status.code()) {
@@ -218,7 +231,7 @@ bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
     case absl::StatusCode::kCancelled:
       return !advice.result_arrived;
     case absl::StatusCode::kResourceExhausted:
-      return advice.pushback.has_value();
+      return advice.pushback.has_value() || ResetByTransportQuota(status);
     default:
       return false;
   }

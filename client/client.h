@@ -140,10 +140,12 @@ struct ClientOptions {
   // connection lost), that the server cancelled (CANCELLED not from the
   // caller's canceller: a server shutting down cancels the calls that arrive
   // as it closes), or that the service refused as busy or out of memory for
-  // now and said to retry (RESOURCE_EXHAUSTED with a retry pushback), is sent
-  // again, whole, after a
-  // backoff. Other refusals are final. All attempts share the call's
-  // deadline. 1: no retries.
+  // now and said to retry (RESOURCE_EXHAUSTED with a retry pushback), or
+  // whose stream the server's transport quota reset (RESOURCE_EXHAUSTED
+  // "Received RST_STREAM with error code 11": the quota resets calls that did
+  // not use its memory too), is sent again, whole, after a backoff. Other
+  // refusals are final. All attempts share the call's deadline. 1: no
+  // retries.
   int max_attempts = 4;
   // The wait before the second attempt; each later one doubles, up to
   // max_backoff. Each wait is drawn at random from half to all of that, and

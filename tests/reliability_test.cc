@@ -486,6 +486,80 @@ TEST_F(ReliabilityTest, AnOversizedMessageIsCutOffAtTheTransportQuota) {
   EXPECT_TRUE(Transpose(*client, 2048, 2048).ok());
 }
 
+// gRPC's quota resets a stream of whichever connection its reclaimer reaches
+// first, not always the one that used the memory; the client library sends
+// such a call again (its chunks are within every limit, so the reset was not
+// its doing).
+TEST_F(ReliabilityTest, ACallResetByTheTransportQuotaIsSentAgain) {
+  auto server = Start({"--max_message_bytes=1048576",
+                       absl::StrCat("--max_inflight_bytes=", 32 * kMiB),
+                       absl::StrCat("--max_transport_bytes=", 64 * kMiB)});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server, /*max_attempts=*/2);
+
+  // The library's upload stops after its first chunk until a hog on a
+  // connection of its own has used up the quota and been answered.
+  constexpr uint64_t kRows = 2048, kCols = 1024;
+  std::vector<uint8_t> data(kRows * kCols * 4);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i);
+  Notification uploading, hog_done;
+  int last_attempt = 0;
+  bool paused = false;
+  CallOptions call;
+  call.force_stream = true;
+  call.on_progress = [&](const TransferProgress& progress) {
+    last_attempt = progress.attempt;
+    if (progress.attempt == 1 && !paused) {
+      paused = true;
+      uploading.Notify();
+      hog_done.WaitForNotification();
+    }
+  };
+  absl::StatusOr<TransposeResult> result;
+  std::thread caller([&] {
+    result =
+        client->Transpose({DataType::kFloat32, {1, kRows, kCols}, data}, call);
+  });
+  uploading.WaitForNotification();
+  {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxSendMessageSize(-1);
+    auto stub = v1::TransposeService::NewStub(grpc::CreateCustomChannel(
+        server->address(), grpc::InsecureChannelCredentials(), args));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(60));
+    v1::TransposeRequest request = Header(16384, 16384);
+    request.mutable_data()->resize(1024 * kMiB, '\1');
+    v1::TransposeResponse response;
+    const grpc::Status status = stub->Transpose(&context, request, &response);
+    // The quota's own reset, not gRPC's size check after the whole message.
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << status.error_message();
+    EXPECT_THAT(status.error_message(), Not(HasSubstr("larger than max")));
+  }
+  hog_done.Notify();
+  caller.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(last_attempt, 2);
+  EXPECT_EQ(result->data,
+            testing::ReferenceTranspose(data, 4, {1, kRows, kCols}));
+
+  // gRPC's refusal of a message over --max_message_bytes, the same code
+  // without trailers, is final: the repeat would meet the limit again.
+  ClientOptions options;
+  options.target = server->address();
+  options.max_attempts = 2;
+  options.unary_max_bytes = 4 * kMiB;
+  std::unique_ptr<Client> oversized = *Client::Create(options);
+  const absl::Status refused = Transpose(*oversized, 512, 1024);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("larger than max"));
+  EXPECT_THAT(refused.message(), Not(HasSubstr("gave up")));
+  EXPECT_FALSE(IsRetryable(refused));
+}
+
 // A client whose connection stays alive but whose call stops moving data (it
 // sent a header and then nothing, or stopped reading the response) is ended
 // after --stream_idle_seconds, and its admission comes back; keepalive cannot
