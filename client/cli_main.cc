@@ -124,9 +124,13 @@ namespace transpose {
 namespace {
 
 constexpr int kUsageError = 2;
-// health: no answer (unreachable, timed out, refused), as against 1 for an
-// answer of NOT_SERVING.
+// health: no answer (unreachable, refused, TLS that does not work), as against
+// 1 for an answer of NOT_SERVING; and no answer within --deadline from a server
+// that took the connection, which is how one that hangs looks (a probe may
+// restart it, where a certificate that cannot be used must not restart every
+// pod).
 constexpr int kHealthUnknown = 3;
+constexpr int kHealthNoAnswerInTime = 4;
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "error: %s\n", StatusText(status).c_str());
@@ -656,7 +660,8 @@ int RunHealth() {
   }
   if (!serving.ok()) {
     Fail(serving.status());
-    return kHealthUnknown;
+    return absl::IsDeadlineExceeded(serving.status()) ? kHealthNoAnswerInTime
+                                                      : kHealthUnknown;
   }
   std::printf("%s%s\n", *serving ? "SERVING" : "NOT_SERVING",
               service.empty() ? "" : absl::StrCat(" (", service, ")").c_str());

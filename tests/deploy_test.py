@@ -126,9 +126,10 @@ class DeployTest(unittest.TestCase):
         """A probe asks the server's health: natively, over plaintext gRPC, or, on a TLS port
         (which refuses plaintext), with the image's CLI over TLS. Readiness asks for the API's
         service, which turns NOT_SERVING when the server drains. On a TLS port, start-up asks
-        only that the port answers, and liveness fails only on an answer of NOT_SERVING (the
-        CLI's exit 1), not on no answer: a certificate that cannot be used must not restart
-        every pod at once."""
+        only that the port answers, and liveness fails on an answer of NOT_SERVING (the CLI's
+        exit 1) and on none in time from a server that took the connection (exit 4), not on
+        no answer otherwise: a certificate that cannot be used must not restart every pod at
+        once."""
         spec = container[probe]
         where = f"{name} {probe}"
         readiness = probe == "readinessProbe"
@@ -146,7 +147,7 @@ class DeployTest(unittest.TestCase):
         if tls and not readiness:
             self.assertEqual(probe, "livenessProbe", where + ": start-up must not need the "
                              "certificate")
-            command = self.liveness_cli(command, where)
+            command, _ = self.liveness_cli(command, where)
         self.assertEqual(command[0], "transpose", where)
         self.assertIn("health", command, where)
         uses = flag_uses(command[1:])
@@ -155,7 +156,7 @@ class DeployTest(unittest.TestCase):
         if readiness:
             self.assertEqual(uses.get("service"), "transpose.v1.TransposeService", where)
         # The CLI gives up before the kubelet does, so a slow answer ends as the CLI says (a
-        # failure for readiness; no answer, which passes, for a TLS liveness), not as a hang.
+        # failure; for a TLS liveness, exit 4, which fails, not the kubelet's own timeout).
         self.assertRegex(uses["deadline"], r"^\d+s$", where)
         self.assertLess(int(uses["deadline"][:-1]), spec["timeoutSeconds"], where)
         if tls:
@@ -163,20 +164,21 @@ class DeployTest(unittest.TestCase):
             self.assertTrue(any(uses["tls_ca"].startswith(m + "/") for m in mounts), where)
 
     def liveness_cli(self, command, where):
-        """The CLI command of a TLS liveness probe, `sh -c 'CLI; test $? -ne 1'`: it fails only
-        when the CLI exits 1, the server's answer of NOT_SERVING."""
+        """The CLI command of a TLS liveness probe, `sh -c 'CLI; case $? in 1|4) exit 1; esac'`,
+        and the shell's part after it: it fails only when the CLI exits 1 (the server's answer
+        of NOT_SERVING) or 4 (no answer in time from a server that took the connection)."""
         self.assertEqual(command[:2], ["sh", "-c"], where)
         self.assertEqual(len(command), 3, where)
         cli, _, rest = command[2].partition(";")
-        self.assertEqual(rest.strip(), "test $? -ne 1", where)
-        return shlex.split(cli)
+        self.assertEqual(rest.strip(), "case $? in 1|4) exit 1; esac", where)
+        return shlex.split(cli), rest
 
     def test_a_tls_overlay_serves_its_certificate_to_its_probes(self):
         """Where an overlay serves TLS: the certificate and key come from a mounted Secret that a
         cert-manager Certificate of the overlay fills, for names that include the address the
         probes ask; and the probes' own commands, run against the real server with such files:
         readiness passes, and fails against a plaintext server; liveness passes against both,
-        and both fail once the server answers NOT_SERVING."""
+        and both fail while the server hangs and once it answers NOT_SERVING."""
         overlays = [n for n, d in self.objects("Deployment")
                     if "tls_cert" in flag_uses(d["spec"]["template"]["spec"]["containers"][0]["args"])]
         self.assertTrue(overlays, "no overlay serves TLS")
@@ -219,15 +221,15 @@ class DeployTest(unittest.TestCase):
                     f.write("probe-test-token\n")
                 local = lambda arg: re.sub(r"/etc/transpose/(tls|auth)/(\w+)",
                                            lambda m: os.path.join(tmp, m.group(2)), arg)
-                liveness = self.liveness_cli(container["livenessProbe"]["exec"]["command"],
-                                             name)
+                liveness, liveness_shell = self.liveness_cli(
+                    container["livenessProbe"]["exec"]["command"], name)
 
                 def run_probe(command, port, shell=False):
                     argv = [ARGS.cli] + [
                         local(re.sub(r"^--server=(.*):\d+$", r"--server=\1:" + port, arg))
                         for arg in command[1:]]
                     if shell:
-                        argv = ["sh", "-c", shlex.join(argv) + "; test $? -ne 1"]
+                        argv = ["sh", "-c", shlex.join(argv) + ";" + liveness_shell]
                     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
                 for tls in (True, False):
@@ -254,6 +256,18 @@ class DeployTest(unittest.TestCase):
                             self.assertNotEqual(ready.returncode, 0, f"{name}: {ready.stdout}")
                             continue
                         self.assertEqual(ready.returncode, 0, f"{name}: {ready.stdout}{ready.stderr}")
+                        # A server that hangs (here: stopped) takes connections but answers
+                        # none: the CLI's exit 4, which fails both.
+                        server.send_signal(signal.SIGSTOP)
+                        try:
+                            health = run_probe(liveness, port)
+                            self.assertEqual(health.returncode, 4, f"{name}: {health.stderr}")
+                            alive = run_probe(liveness, port, shell=True)
+                            self.assertEqual(alive.returncode, 1, f"{name}: {alive.stderr}")
+                            ready = run_probe(probe, port)
+                            self.assertNotEqual(ready.returncode, 0, f"{name}: {ready.stdout}")
+                        finally:
+                            server.send_signal(signal.SIGCONT)
                         # An answer of NOT_SERVING (here: draining, held there by
                         # --unready_seconds) fails both.
                         server.send_signal(signal.SIGTERM)
