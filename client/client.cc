@@ -847,6 +847,12 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   // First: why this side cancelled the call, if it did.
   TRANSPOSE_RETURN_IF_ERROR(out_of_memory);
   TRANSPOSE_RETURN_IF_ERROR(protocol);
+  // The stats come with the last chunk, once the server's job has succeeded:
+  // with them and every byte here, the call is done, whatever ended the stream
+  // after that (the connection lost before the trailers, the deadline, a
+  // cancel). Sending it again would only repeat it, and could not be done at
+  // all over its own input.
+  if (have_stats && progress.received_bytes == output.size()) return stats;
   TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
   if (progress.received_bytes != output.size() || !have_stats) {
     return absl::DataLossError(

@@ -176,10 +176,11 @@ struct TransferProgress {
 // callback included). Cancelling is final: the calls given this canceller, the
 // one running and any made later, end CANCELLED. The attempt in flight is
 // cancelled through gRPC (the server frees what the call held), a wait between
-// attempts is cut short, and no attempt follows. A call whose result has
+// attempts is cut short, and no attempt follows. A call whose whole result has
 // already arrived returns it: a unary call (up to unary_max_bytes) reports
-// progress only then, so cancelling from its callback changes nothing. Several
-// calls may share one canceller.
+// progress only then, and a stream's last progress report comes with the whole
+// result, so cancelling from those callbacks changes nothing. Several calls may
+// share one canceller.
 class CallCanceller {
  public:
   CallCanceller() = default;

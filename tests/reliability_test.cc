@@ -1608,6 +1608,46 @@ TEST_F(ReliabilityTest, AnInPlaceCallIsNotSentAgainOnceItsResultBegan) {
   }
 }
 
+// A result that arrived whole, with its stats, is the call's, whatever ends
+// the stream after it: the server dying before its trailers (here in place,
+// where the call could not be sent again), or the caller's cancel.
+TEST_F(ReliabilityTest, AResultThatArrivedWholeIsKeptWhenTheStreamThenEnds) {
+  for (const bool killed : {true, false}) {
+    SCOPED_TRACE(killed ? "server killed" : "call cancelled");
+    auto server = Start({"--response_chunk_bytes=65536"});
+    ASSERT_NE(server, nullptr);
+    auto client = Connect(*server, /*max_attempts=*/3);
+    const MatrixShape shape = MatrixShape::Matrix(512, 768);
+    std::vector<uint8_t> data(shape.elements() * 4);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i);
+    const std::vector<uint8_t> expected =
+        testing::ReferenceTranspose(data, 4, shape);
+    CallCanceller canceller;
+    CallOptions call;
+    call.force_stream = true;
+    call.canceller = &canceller;
+    bool ended = false;
+    int attempts = 0;
+    call.on_progress = [&](const TransferProgress& progress) {
+      attempts = progress.attempt;
+      if (progress.received_bytes < progress.total_bytes || ended) return;
+      ended = true;
+      if (killed) {
+        server->Stop(SIGKILL);
+      } else {
+        canceller.Cancel();
+      }
+    };
+    const absl::StatusOr<TransposeStats> stats = client->TransposeInto(
+        {DataType::kFloat32, shape, data}, absl::MakeSpan(data), call);
+    ASSERT_TRUE(ended);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(attempts, 1);
+    EXPECT_GT(stats->kernel_seconds, 0);
+    EXPECT_EQ(data, expected);
+  }
+}
+
 // A second signal during the wait before the drain ends the server at once,
 // without the drain's clean exit code.
 TEST_F(ReliabilityTest, ASecondSignalStopsTheServerAtOnce) {
