@@ -134,10 +134,10 @@ absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
 
 // The server's resource quota (--max_transport_bytes) frees memory by
 // resetting a stream (RST_STREAM ENHANCE_YOUR_CALM) of whichever connection its
-// reclaimer reaches first, not necessarily the one that used the memory, and
-// gRPC 1.51 tells it from a size refusal only in this text. This library's
-// messages are within the server's limits, so the reset was not the call's
-// doing.
+// reclaimer reaches first, not necessarily the one that used the memory (a
+// message over the server's size limit, read until the quota runs out, meets
+// it too). gRPC 1.51 tells it from a size refusal, which comes with a status,
+// only in this text.
 bool ResetByTransportQuota(const absl::Status& status) {
   return absl::IsResourceExhausted(status) &&
          absl::StartsWith(status.message(),
@@ -219,10 +219,10 @@ Client::RetryAdvice Client::ReadRetryAdvice(
 // cancels the calls that arrive as its transport closes (later, it is the
 // server giving up on a reader, which a repeat would not help).
 // RESOURCE_EXHAUSTED only when the service said to retry (it was busy), or
-// when the server's transport quota reset the stream: the same code also comes
-// from limits that a repeat meets again, such as a message over gRPC's size
-// limit or a matrix over the server's, and repeating an oversized upload would
-// only load the server.
+// when the server's transport quota reset a stream whose messages every server
+// takes: the same code also comes from limits that a repeat meets again, such
+// as a message over gRPC's size limit or a matrix over the server's, and
+// repeating an oversized upload would only load the server.
 bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
   if (advice.never) return false;
   switch (status.code()) {
@@ -231,7 +231,9 @@ bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
     case absl::StatusCode::kCancelled:
       return !advice.result_arrived;
     case absl::StatusCode::kResourceExhausted:
-      return advice.pushback.has_value() || ResetByTransportQuota(status);
+      return advice.pushback.has_value() ||
+             (advice.messages_within_every_limit &&
+              ResetByTransportQuota(status));
     default:
       return false;
   }
@@ -615,6 +617,9 @@ absl::StatusOr<TransposeStats> Client::TransposeAttempts(
     const MatrixView& input, absl::Span<uint8_t> output,
     const CallOptions& call, uint64_t bytes) {
   const bool unary = !call.force_stream && bytes <= options_.unary_max_bytes;
+  const bool messages_within_every_limit =
+      (unary ? bytes : std::min(options_.chunk_bytes, bytes)) <=
+      api::kMinMessageDataBytes;
   const absl::Duration timeout =
       call.timeout.value_or(options_.default_timeout);
   const absl::Time deadline = DeadlineAfter(timeout);
@@ -637,6 +642,7 @@ absl::StatusOr<TransposeStats> Client::TransposeAttempts(
         unary ? Unary(input, output, call, attempt, deadline, advice)
               : Stream(input, output, call, attempt, deadline, advice);
     if (stats.ok()) return stats;
+    advice.messages_within_every_limit = messages_within_every_limit;
     // Whatever the failed attempt reported (CANCELLED from gRPC, or a write
     // refused on the cancelled stream), the caller ended it.
     if (call.cancelled()) return CancelledByCaller();

@@ -143,9 +143,10 @@ struct ClientOptions {
   // now and said to retry (RESOURCE_EXHAUSTED with a retry pushback), or
   // whose stream the server's transport quota reset (RESOURCE_EXHAUSTED
   // "Received RST_STREAM with error code 11": the quota resets calls that did
-  // not use its memory too), is sent again, whole, after a backoff. Other
-  // refusals are final. All attempts share the call's deadline. 1: no
-  // retries.
+  // not use its memory too) while its messages were within every server's
+  // limit (unary_max_bytes and chunk_bytes at their default of 1 MiB, or the
+  // call smaller), is sent again, whole, after a backoff. Other refusals are
+  // final. All attempts share the call's deadline. 1: no retries.
   int max_attempts = 4;
   // The wait before the second attempt; each later one doubles, up to
   // max_backoff. Each wait is drawn at random from half to all of that, and
@@ -334,6 +335,9 @@ class Client {
     bool never = false;
     std::optional<absl::Duration> pushback;
     bool result_arrived = false;
+    // Whether each message carried no more data than every server takes, so
+    // that a reset by the server's transport quota was another call's doing.
+    bool messages_within_every_limit = false;
   };
   absl::StatusOr<TransposeStats> Unary(const MatrixView& input,
                                        absl::Span<uint8_t> output,

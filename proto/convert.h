@@ -53,6 +53,9 @@ std::string NewRequestId();
 // The most data one message may carry: gRPC's message sizes are 32-bit, and
 // the header fields and framing need room on top.
 inline constexpr uint64_t kMaxMessageDataBytes = INT32_MAX - (1 << 20);
+// The data every server takes in one message (its --max_message_bytes is at
+// least this): a client sending no more per message is never refused for size.
+inline constexpr uint64_t kMinMessageDataBytes = 1 << 20;
 
 // Status codes are numbered alike in Abseil and gRPC.
 grpc::Status ToGrpcStatus(const absl::Status& status);

@@ -220,7 +220,7 @@ uint64_t TransportQuota(uint64_t flag, uint64_t inflight, uint64_t message) {
 // library sends up to 1 MiB of data per message, and a transport quota that
 // admitted uploads can fill resets calls at random.
 absl::Status CheckFlags() {
-  constexpr uint64_t kMinMessageBytes = 1 << 20;
+  constexpr uint64_t kMinMessageBytes = api::kMinMessageDataBytes;
   constexpr uint64_t kMaxMessageBytes = api::kMaxMessageDataBytes;
   const uint64_t message = absl::GetFlag(FLAGS_max_message_bytes);
   const uint64_t chunk = absl::GetFlag(FLAGS_response_chunk_bytes);
