@@ -125,10 +125,9 @@ namespace {
 
 constexpr int kUsageError = 2;
 // health: no answer (unreachable, refused, TLS that does not work), as against
-// 1 for an answer of NOT_SERVING; and no answer within --deadline from a server
-// that took the connection, which is how one that hangs looks (a probe may
-// restart it, where a certificate that cannot be used must not restart every
-// pod).
+// 1 for an answer of NOT_SERVING; and neither an answer nor a failure within
+// --deadline, which is how a server that hangs looks (a probe may restart it,
+// where a certificate that cannot be used must not restart every pod).
 constexpr int kHealthUnknown = 3;
 constexpr int kHealthNoAnswerInTime = 4;
 

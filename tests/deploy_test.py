@@ -127,9 +127,8 @@ class DeployTest(unittest.TestCase):
         (which refuses plaintext), with the image's CLI over TLS. Readiness asks for the API's
         service, which turns NOT_SERVING when the server drains. On a TLS port, start-up asks
         only that the port answers, and liveness fails on an answer of NOT_SERVING (the CLI's
-        exit 1) and on none in time from a server that took the connection (exit 4), not on
-        no answer otherwise: a certificate that cannot be used must not restart every pod at
-        once."""
+        exit 1) and on none in time (exit 4), not on a failure to connect (exit 3): a
+        certificate that cannot be used must not restart every pod at once."""
         spec = container[probe]
         where = f"{name} {probe}"
         readiness = probe == "readinessProbe"
@@ -164,13 +163,14 @@ class DeployTest(unittest.TestCase):
             self.assertTrue(any(uses["tls_ca"].startswith(m + "/") for m in mounts), where)
 
     def liveness_cli(self, command, where):
-        """The CLI command of a TLS liveness probe, `sh -c 'CLI; case $? in 1|4) exit 1; esac'`,
-        and the shell's part after it: it fails only when the CLI exits 1 (the server's answer
-        of NOT_SERVING) or 4 (no answer in time from a server that took the connection)."""
+        """The CLI command of a TLS liveness probe, `sh -c 'CLI; case $? in 0|3) ;; *) exit 1;
+        esac'`, and the shell's part after it: it passes only when the CLI exits 0 (SERVING) or 3
+        (no connection: TLS that does not work), and fails on 1 (NOT_SERVING), 4 (no answer in
+        time: a server that hangs) and a CLI that cannot run."""
         self.assertEqual(command[:2], ["sh", "-c"], where)
         self.assertEqual(len(command), 3, where)
         cli, _, rest = command[2].partition(";")
-        self.assertEqual(rest.strip(), "case $? in 1|4) exit 1; esac", where)
+        self.assertEqual(rest.strip(), "case $? in 0|3) ;; *) exit 1; esac", where)
         return shlex.split(cli), rest
 
     def test_a_tls_overlay_serves_its_certificate_to_its_probes(self):
@@ -203,59 +203,84 @@ class DeployTest(unittest.TestCase):
 
             with tempfile.TemporaryDirectory() as tmp:
                 # The Secret's files, as cert-manager's CA issuer writes them for this
-                # Certificate (an EC key in SEC1 form).
-                script = (
-                    "set -e; openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
-                    "-keyout ca.key -out ca.crt -days 1 -subj /CN=ca; "
-                    "openssl ecparam -name prime256v1 -genkey -noout -out tls.key; "
+                # Certificate (an EC key in SEC1 form); in expired/, the same with a certificate
+                # past its end; in other/, those of another CA.
+                issue = lambda days: (
                     "openssl req -new -key tls.key -out tls.csr "
                     f"-subj /CN={certificate['commonName']}; "
-                    f"printf 'subjectAltName=IP:{host}\\n' > san; "
                     "openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-                    "-days 1 -extfile san -out tls.crt")
+                    f"-days {days} -extfile san -out tls.crt")
+                new_ca = ("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+                          "-keyout ca.key -out ca.crt -days 1 -subj /CN=ca")
+                script = (
+                    f"set -e; {new_ca}; "
+                    "openssl ecparam -name prime256v1 -genkey -noout -out tls.key; "
+                    f"printf 'subjectAltName=IP:{host}\\n' > san; {issue(1)}; "
+                    "mkdir expired other; cp ca.crt ca.key tls.key san expired; "
+                    f"(cd expired && {issue(-1)}); (cd other && {new_ca})")
                 made = subprocess.run(["bash", "-c", script], cwd=tmp, capture_output=True,
                                       text=True)
                 self.assertEqual(made.returncode, 0, made.stderr)
                 # The token file too: the probes meet the server's access checks, as in the pod.
                 with open(os.path.join(tmp, "tokens"), "w") as f:
                     f.write("probe-test-token\n")
-                local = lambda arg: re.sub(r"/etc/transpose/(tls|auth)/(\w+)",
-                                           lambda m: os.path.join(tmp, m.group(2)), arg)
+                local = lambda arg, files=tmp: re.sub(
+                    r"/etc/transpose/(tls|auth)/(\w+)",
+                    lambda m: os.path.join(files if m.group(1) == "tls" else tmp, m.group(2)),
+                    arg)
                 liveness, liveness_shell = self.liveness_cli(
                     container["livenessProbe"]["exec"]["command"], name)
 
-                def run_probe(command, port, shell=False):
+                def run_probe(command, port, shell=False, files=tmp):
                     argv = [ARGS.cli] + [
-                        local(re.sub(r"^--server=(.*):\d+$", r"--server=\1:" + port, arg))
+                        local(re.sub(r"^--server=(.*):\d+$", r"--server=\1:" + port, arg), files)
                         for arg in command[1:]]
                     if shell:
                         argv = ["sh", "-c", shlex.join(argv) + ";" + liveness_shell]
                     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
-                for tls in (True, False):
+                def no_answer(port, files=tmp):
+                    """No answer (the CLI's exit 3): not ready, but alive, so a certificate
+                    that cannot be used restarts nothing."""
+                    health = run_probe(liveness, port, files=files)
+                    self.assertEqual(health.returncode, 3, f"{name}: {health.stderr}")
+                    alive = run_probe(liveness, port, shell=True, files=files)
+                    self.assertEqual(alive.returncode, 0, f"{name}: {alive.stderr}")
+                    ready = run_probe(probe, port, files=files)
+                    self.assertNotEqual(ready.returncode, 0, f"{name}: {ready.stdout}")
+
+                # The server with the Secret's files, without TLS, and with an expired
+                # certificate.
+                for served in ("tls", "plaintext", "expired"):
+                    files = os.path.join(tmp, "expired") if served == "expired" else tmp
                     args = [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0",
                             "--metrics_address=", "--unready_seconds=60",
                             local(f"--auth_token_file={uses['auth_token_file']}")]
-                    if tls:
-                        args += [local(f"--{f}={uses[f]}") for f in ("tls_cert", "tls_key")]
+                    if served != "plaintext":
+                        args += [local(f"--{f}={uses[f]}", files) for f in ("tls_cert", "tls_key")]
                     server = subprocess.Popen(args, stdout=subprocess.PIPE,
                                               stderr=subprocess.DEVNULL, text=True)
                     try:
                         line = server.stdout.readline()
                         self.assertTrue(line.startswith("listening on "), line)
                         port = line.strip().rsplit(":", 1)[1]
-                        ready = run_probe(probe, port)
-                        # Without TLS the probes get no answer (the CLI's exit 3): not ready, but
-                        # alive, so a certificate that cannot be used restarts nothing.
+                        if served != "tls":
+                            no_answer(port, files)
+                            continue
                         health = run_probe(liveness, port)
-                        self.assertEqual(health.returncode, 0 if tls else 3,
-                                         f"{name}: {health.stdout}{health.stderr}")
+                        self.assertEqual(health.returncode, 0, f"{name}: {health.stderr}")
                         alive = run_probe(liveness, port, shell=True)
                         self.assertEqual(alive.returncode, 0, f"{name}: {alive.stderr}")
-                        if not tls:
-                            self.assertNotEqual(ready.returncode, 0, f"{name}: {ready.stdout}")
-                            continue
+                        ready = run_probe(probe, port)
                         self.assertEqual(ready.returncode, 0, f"{name}: {ready.stdout}{ready.stderr}")
+                        # Another CA's roots: no answer either.
+                        no_answer(port, os.path.join(tmp, "other"))
+                        # A probe that cannot run (no CLI in the image) fails, rather than
+                        # passing for ever.
+                        broken = subprocess.run(
+                            ["sh", "-c", "/nonexistent/transpose health;" + liveness_shell],
+                            capture_output=True, text=True, timeout=30)
+                        self.assertEqual(broken.returncode, 1, f"{name}: {broken.stderr}")
                         # A server that hangs (here: stopped) takes connections but answers
                         # none: the CLI's exit 4, which fails both.
                         server.send_signal(signal.SIGSTOP)
