@@ -155,8 +155,6 @@ absl::string_view KernelName(Algorithm algorithm, const TransposeArgs& args) {
 
 absl::Status CanImplement(Algorithm algorithm, const TransposeArgs& args) {
   if (absl::Status status = CheckArgs(args); !status.ok()) return status;
-  absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
-  if (!kernel.ok()) return kernel.status();
   int device = 0;
   if (absl::Status status = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
       !status.ok()) {
@@ -170,13 +168,25 @@ absl::Status CanImplement(Algorithm algorithm, const TransposeArgs& args) {
       !status.ok()) {
     return status;
   }
+  if (absl::Status status = CheckFitsDevice(algorithm, args, max_shared);
+      !status.ok()) {
+    return absl::Status(status.code(), absl::StrFormat("device %d: %s", device,
+                                                       status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFitsDevice(Algorithm algorithm, const TransposeArgs& args,
+                             size_t max_shared_bytes) {
+  absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
+  if (!kernel.ok()) return kernel.status();
   const size_t shared = internal::SharedMemoryBytes(*kernel, args.element_size);
-  if (shared > static_cast<size_t>(max_shared)) {
+  if (shared > max_shared_bytes) {
     return absl::UnimplementedError(absl::StrFormat(
-        "kernel %s needs %d bytes of shared memory for %d-byte elements; "
-        "device %d has %d",
-        internal::KernelNameOf(*kernel), shared, args.element_size, device,
-        max_shared));
+        "kernel %s needs %d bytes of shared memory per block for %d-byte "
+        "elements; the device has %d",
+        internal::KernelNameOf(*kernel), shared, args.element_size,
+        max_shared_bytes));
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,15 @@ absl::Span<const absl::string_view> AllKernelNames();
 // otherwise.
 absl::Status CanImplement(Algorithm algorithm, const TransposeArgs& args);
 
+// OK when the kernel `algorithm` runs for `args` fits a device with
+// `max_shared_bytes` of shared memory per block (CUDA's opt-in maximum), as
+// CanImplement checks on the current device; UNIMPLEMENTED naming both
+// otherwise, INVALID_ARGUMENT for an algorithm this build does not know. Needs
+// no device, and only the shape and element size of `args` (a caller can ask
+// before it has buffers; AUTO's pick also reads their alignment).
+absl::Status CheckFitsDevice(Algorithm algorithm, const TransposeArgs& args,
+                             size_t max_shared_bytes);
+
 // Enqueues the transpose on `cuda_stream` (a cudaStream_t; nullptr is the
 // legacy default stream) of the current device. Returns INTERNAL with CUDA's
 // message if the launch failed.

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/gpu_launch.h"
+#include "kernels/gpu_transpose.h"
 #include "kernels/transpose_args.h"
 
 namespace transpose::kernels {
@@ -71,6 +72,43 @@ TEST(TuningTest, TheUntunableKernelsRefuseTunings) {
         cudaErrorInvalidValue)
         << internal::KernelNameOf(kernel);
   }
+}
+
+// Whether a kernel fits a device's shared memory is a function of the shape and
+// the device's limit: 16-byte elements in padded_64's 64x65 tile need 66560
+// bytes, more than a T4's 64 KiB; every kernel AUTO picks needs at most 33280
+// (8-byte elements in padded_64x8's tile).
+TEST(CheckFitsDeviceTest, RefusesAKernelLargerThanTheDevicesSharedMemory) {
+  constexpr size_t kT4 = 64 << 10, kH200 = 227 << 10;
+  for (const size_t element_size : {1, 2, 4, 8, 16}) {
+    for (const bool aligned : {true, false}) {
+      const TransposeArgs args{element_size,
+                               1,
+                               4096,
+                               4096,
+                               reinterpret_cast<void*>(aligned ? 256 : 1),
+                               reinterpret_cast<void*>(uintptr_t{1} << 40)};
+      EXPECT_TRUE(CheckFitsDevice(Algorithm::kAuto, args, 48 << 10).ok())
+          << element_size;
+      EXPECT_TRUE(CheckFitsDevice(Algorithm::kPadded32, args, kT4).ok())
+          << element_size;
+      EXPECT_TRUE(CheckFitsDevice(Algorithm::kPadded64, args, kH200).ok())
+          << element_size;
+      EXPECT_EQ(CheckFitsDevice(Algorithm::kPadded64, args, kT4).ok(),
+                element_size < 16)
+          << element_size;
+    }
+  }
+  const TransposeArgs complex128{16, 1, 64, 64, nullptr, nullptr};
+  const absl::Status refused =
+      CheckFitsDevice(Algorithm::kPadded64, complex128, kT4);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(refused.message(),
+            "kernel padded_64 needs 66560 bytes of shared memory per block "
+            "for 16-byte elements; the device has 65536");
+  EXPECT_EQ(
+      CheckFitsDevice(static_cast<Algorithm>(99), complex128, kH200).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

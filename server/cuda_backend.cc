@@ -163,6 +163,8 @@ class CudaBackend final : public Backend {
   const CudaBackendOptions options_;
   // options_.mapped_max_bytes, or 0 where the device cannot map host memory.
   uint64_t mapped_max_bytes_ = 0;
+  // CUDA's opt-in maximum (or the testing option's).
+  size_t max_shared_bytes_per_block_ = 0;
   Metrics& metrics_;
   Metrics::BackendSeries* series_ = nullptr;
   BackendInfo info_;
@@ -264,6 +266,10 @@ absl::Status CudaBackend::Init() {
       properties.canMapHostMemory && properties.unifiedAddressing
           ? options_.mapped_max_bytes
           : 0;
+  max_shared_bytes_per_block_ =
+      options_.testing_max_shared_bytes_per_block > 0
+          ? options_.testing_max_shared_bytes_per_block
+          : properties.sharedMemPerBlockOptin;
   char pci_bus_id[64] = {};
   TRANSPOSE_RETURN_IF_ERROR(
       CudaStatus(cudaDeviceGetPCIBusId(pci_bus_id, sizeof(pci_bus_id), device_),
@@ -389,9 +395,16 @@ absl::StatusOr<double> CudaBackend::CalibrateCopyBandwidth() {
   return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
 }
 
-absl::Status CudaBackend::CanRun(const TransposeSpec&) const {
-  // Every algorithm runs here; whether a kernel's shared memory fits the device
-  // is checked when the job runs, against the real buffers.
+absl::Status CudaBackend::CanRun(const TransposeSpec& spec) const {
+  // From the header, so that a kernel too large for this GPU is refused before
+  // the upload; the job checks again against its buffers, whose alignment
+  // AUTO's pick also reads (its picks all fit every supported GPU).
+  absl::Status fits = kernels::CheckFitsDevice(spec.algorithm, ArgsOf(spec),
+                                               max_shared_bytes_per_block_);
+  if (!fits.ok()) {
+    return absl::Status(fits.code(),
+                        absl::StrCat(info_.name, ": ", fits.message()));
+  }
   return absl::OkStatus();
 }
 

@@ -27,6 +27,9 @@ struct CudaBackendOptions {
   uint64_t calibration_bytes = uint64_t{1} << 30;
   // Testing only: after this many jobs, run a faulting kernel (0: never).
   int testing_fault_after_jobs = 0;
+  // Testing only: the shared memory per block taken for the device's (0: the
+  // device's own), to show refusals that today's large GPUs never need.
+  size_t testing_max_shared_bytes_per_block = 0;
   // Released pinned host buffers kept for reuse, per GPU.
   size_t max_idle_pinned_bytes = size_t{4} << 30;
   // Device memory kept for reuse once jobs free it, per GPU; a job needs twice

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "server/core/notification.h"
@@ -151,6 +152,42 @@ TEST_F(CudaBackendTest, DeviceMemoryPastThePoolLimitIsReturned) {
     EXPECT_GE(DeviceMemoryUsedBytes(), 256 * kMiB) << i;
     EXPECT_LT(DeviceMemoryUsedBytes(), 512 * kMiB) << i;
   }
+}
+
+// A kernel whose shared memory the GPU lacks is refused from the header,
+// before any upload: on a GPU with 64 KiB per block (a T4's), padded_64's
+// 64x65 tile of 16-byte elements (66560 bytes). AUTO's picks fit it.
+TEST_F(CudaBackendTest, AKernelTooLargeForTheDeviceIsRefusedBeforeTheUpload) {
+  const MatrixShape shape = MatrixShape::Matrix(4096, 4096);
+  const auto spec = [&](DataType dtype, kernels::Algorithm algorithm) {
+    return TransposeSpec{dtype, shape, algorithm};
+  };
+  std::unique_ptr<Backend> own = MakeBackend();
+  ASSERT_NE(own, nullptr);
+  EXPECT_TRUE(
+      own->CanRun(spec(DataType::kComplex128, kernels::Algorithm::kPadded64))
+          .ok());
+
+  CudaBackendOptions options;
+  options.testing_max_shared_bytes_per_block = 64 << 10;
+  std::unique_ptr<Backend> small = MakeBackend(options);
+  ASSERT_NE(small, nullptr);
+  const absl::Status refused =
+      small->CanRun(spec(DataType::kComplex128, kernels::Algorithm::kPadded64));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("cuda:0: kernel padded_64 needs 66560 "
+                                   "bytes of shared memory per block"));
+  for (const DataType dtype : {DataType::kUInt8, DataType::kFloat32,
+                               DataType::kFloat64, DataType::kComplex128}) {
+    EXPECT_TRUE(small->CanRun(spec(dtype, kernels::Algorithm::kAuto)).ok())
+        << DataTypeName(dtype);
+    EXPECT_TRUE(small->CanRun(spec(dtype, kernels::Algorithm::kPadded32)).ok())
+        << DataTypeName(dtype);
+  }
+  EXPECT_TRUE(
+      small->CanRun(spec(DataType::kFloat64, kernels::Algorithm::kPadded64))
+          .ok());
 }
 
 // With several GPUs, making the backends (one per GPU, each set up on its own
