@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""A Python client of the transpose service: a NumPy array in, its transpose out.
+
+    python3 transpose_client.py --server=localhost:50051 in.npy out.npy
+
+or, from Python (with this directory on sys.path):
+
+    import transpose_client
+    with transpose_client.Client("localhost:50051") as client:
+        result = client.transpose(array)  # result.array == array.T (each matrix of a 3-D batch)
+        print(result.stats.backend, result.stats.bandwidth_bytes_per_second)
+
+It follows the README's advice for clients in other languages: the matrix goes up in 1 MiB
+stream chunks (what every server takes), the result is read up to the message that carries the
+stats before the stream is half-closed (a connection the server closes as the call ends, at its
+age or in a drain, could otherwise be reset under the unread result), and what a later try may
+get through is sent again with backoff: busy (RESOURCE_EXHAUSTED with grpc-retry-pushback-ms),
+a transport quota's reset, UNAVAILABLE, a CANCELLED the client did not cause.
+
+Needs Debian's python3-grpcio, python3-protobuf and python3-numpy. The gRPC stubs are generated
+from proto/transpose/v1/transpose.proto at first use (protoc with Debian's grpc_python_plugin, or
+grpcio-tools where pip installed it); to ship them instead, run once
+
+    protoc -I proto --python_out=OUT --grpc_out=OUT \\
+        --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin proto/transpose/v1/transpose.proto
+
+and put OUT on sys.path.
+"""
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Callable, NamedTuple, Optional
+
+import grpc
+import numpy as np
+
+_PROTO_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto")
+
+
+def _load_stubs():
+    try:
+        from transpose.v1 import transpose_pb2, transpose_pb2_grpc
+        return transpose_pb2, transpose_pb2_grpc
+    except ImportError:
+        pass
+    out = tempfile.mkdtemp(prefix="transpose_stubs_")
+    proto = os.path.join("transpose", "v1", "transpose.proto")
+    plugin = shutil.which("grpc_python_plugin")
+    if plugin is not None and shutil.which("protoc") is not None:
+        command = ["protoc", f"--plugin=protoc-gen-grpc={plugin}", "--grpc_out", out]
+    else:
+        command = [sys.executable, "-m", "grpc_tools.protoc", "--grpc_python_out", out]
+    made = subprocess.run(command + ["-I", _PROTO_ROOT, "--python_out", out, proto],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        raise ImportError("could not generate the gRPC stubs (install protobuf-compiler-grpc, "
+                          f"or pip's grpcio-tools): {made.stderr.strip()}")
+    sys.path.insert(0, out)
+    from transpose.v1 import transpose_pb2, transpose_pb2_grpc
+    return transpose_pb2, transpose_pb2_grpc
+
+
+pb, pb_grpc = _load_stubs()
+
+# The API's data types by NumPy's (bfloat16 has no NumPy type of its own).
+DATA_TYPES = {
+    np.dtype(np.float32): pb.DATA_TYPE_FLOAT32, np.dtype(np.float64): pb.DATA_TYPE_FLOAT64,
+    np.dtype(np.float16): pb.DATA_TYPE_FLOAT16, np.dtype(np.int8): pb.DATA_TYPE_INT8,
+    np.dtype(np.uint8): pb.DATA_TYPE_UINT8, np.dtype(np.int16): pb.DATA_TYPE_INT16,
+    np.dtype(np.uint16): pb.DATA_TYPE_UINT16, np.dtype(np.int32): pb.DATA_TYPE_INT32,
+    np.dtype(np.uint32): pb.DATA_TYPE_UINT32, np.dtype(np.int64): pb.DATA_TYPE_INT64,
+    np.dtype(np.uint64): pb.DATA_TYPE_UINT64, np.dtype(np.complex64): pb.DATA_TYPE_COMPLEX64,
+    np.dtype(np.complex128): pb.DATA_TYPE_COMPLEX128,
+}
+
+# Data per request message: every server takes 1 MiB (its --max_message_bytes is at least that),
+# so a transport quota's reset of such a call was another call's doing.
+CHUNK_BYTES = 1 << 20
+# gRPC's report of the server's transport quota resetting the stream (grpc-go words it
+# "... error code: ENHANCE_YOUR_CALM").
+_QUOTA_RESET = "Received RST_STREAM with error code 11"
+
+
+class TransposeError(Exception):
+    """A failed call: its gRPC status code, the server's message, and whether a later try may
+    get through (busy, out of reach) rather than being refused for good."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, retryable: bool, attempts: int):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.attempts = attempts
+
+
+class Result(NamedTuple):
+    array: np.ndarray  # (cols, rows), or (batch, cols, rows) for a 3-D input.
+    stats: "pb.TransposeStats"
+    attempts: int
+
+
+class Client:
+    """One channel to `target` (any gRPC target: host:port, dns:///name:port, ...). Thread-safe;
+    close() it, or use it as a context manager."""
+
+    def __init__(self, target: str, token: Optional[str] = None,
+                 root_certificates: Optional[bytes] = None, max_attempts: int = 4,
+                 timeout: float = 600.0):
+        options = [
+            # Responses come in chunks of the server's response_chunk_bytes (1 MiB by default);
+            # gRPC's default limit of 4 MiB would refuse a larger server setting.
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_send_message_length", -1),
+            # The server takes a client ping at most every 5 s.
+            ("grpc.keepalive_time_ms", 30000),
+        ]
+        if root_certificates is not None:
+            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self._channel = grpc.secure_channel(target, credentials, options)
+        else:
+            self._channel = grpc.insecure_channel(target, options)
+        self._stub = pb_grpc.TransposeServiceStub(self._channel)
+        # grpcio's token credentials refuse an insecure channel: plain metadata works on both.
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+        self._max_attempts = max(1, max_attempts)
+        self._timeout = timeout
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+    def server_info(self, timeout: float = 5.0) -> "pb.ServerInfo":
+        return self._stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=timeout,
+                                        metadata=self._metadata)
+
+    def transpose(self, array: np.ndarray, algorithm: int = pb.ALGORITHM_AUTO,
+                  on_progress: Optional[Callable[[int, int, int, int], None]] = None) -> Result:
+        """`array` (2-D, or 3-D for a batch) transposed on the server: each matrix's rows and
+        columns swapped. on_progress(sent, received, total, attempt) follows the transfer; an
+        attempt sent again starts from zero. Raises TransposeError, or ValueError for an array
+        the API cannot carry."""
+        if array.ndim not in (2, 3):
+            raise ValueError(f"expected a 2-D matrix or a 3-D batch, got {array.ndim} dimensions")
+        dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+        if dtype not in DATA_TYPES:
+            raise ValueError(f"dtype {array.dtype} is not one the service takes")
+        data = np.ascontiguousarray(array, dtype=dtype)
+        batch, rows, cols = (1,) * (3 - data.ndim) + data.shape
+        out_shape = data.shape[:-2] + (cols, rows)
+        header = pb.TransposeRequest(
+            dtype=DATA_TYPES[dtype], algorithm=algorithm,
+            shape=pb.MatrixShape(batch=batch, rows=rows, cols=cols))
+        # The same id for every attempt, so that the server's log lines of a failure name it.
+        request_id = "%016x" % random.getrandbits(64)
+        metadata = self._metadata + [("x-request-id", request_id)]
+        deadline = time.monotonic() + self._timeout
+        backoff = 0.1
+        for attempt in range(1, self._max_attempts + 1):
+            output = np.empty(out_shape, dtype)
+            try:
+                stats = self._stream(header, data, output, metadata, deadline, attempt,
+                                     on_progress)
+                return Result(output, stats, attempt)
+            except _AttemptFailed as failed:
+                error = failed.error
+                wait = _retry_wait(error, failed.result_arrived)
+                message = f"{error.details()} [request {request_id}]"
+                final = wait is None or attempt == self._max_attempts
+                if not final:
+                    wait = max(wait, backoff * random.uniform(0.5, 1.0))
+                    final = time.monotonic() + wait >= deadline
+                if final:
+                    raise TransposeError(error.code(), message, wait is not None,
+                                         attempt) from None
+                time.sleep(wait)
+                backoff = min(2 * backoff, 2.0)
+        raise AssertionError("unreachable")
+
+    def _stream(self, header, data, output, metadata, deadline, attempt, on_progress):
+        source = memoryview(data.reshape(-1)).cast("B")
+        sink = output.reshape(-1).view(np.uint8)
+        total = len(source)
+        result_in = threading.Event()
+        sent = [0]
+
+        def requests():
+            for offset in range(0, total, CHUNK_BYTES):
+                request = pb.TransposeRequest(data=bytes(source[offset:offset + CHUNK_BYTES]))
+                if offset == 0:
+                    request.MergeFrom(header)
+                yield request
+                sent[0] = min(offset + CHUNK_BYTES, total)
+                if on_progress is not None:
+                    on_progress(sent[0], 0, total, attempt)
+            # Half-close once the result is in, not after the upload (see the module's doc).
+            result_in.wait()
+
+        received = 0
+        stats = None
+        call = self._stub.TransposeStream(requests(), timeout=max(0.0, deadline - time.monotonic()),
+                                          metadata=metadata)
+        try:
+            for response in call:
+                piece = np.frombuffer(response.data, np.uint8)
+                if received + len(piece) > total:
+                    call.cancel()
+                    raise ValueError("the server sent more bytes than the result holds")
+                sink[received:received + len(piece)] = piece
+                received += len(piece)
+                if len(piece) and on_progress is not None:
+                    on_progress(sent[0], received, total, attempt)
+                if response.HasField("stats"):
+                    stats = response.stats
+                    result_in.set()
+        except grpc.RpcError as error:
+            # The stats come with the last chunk once the server's job succeeded: with them and
+            # every byte here, the call is done, whatever ended the stream after that.
+            if stats is not None and received == total:
+                return stats
+            raise _AttemptFailed(error, received > 0) from None
+        finally:
+            result_in.set()  # Lets the request thread end.
+        if stats is None or received != total:
+            raise ValueError(f"the server ended the stream after {received} of {total} bytes"
+                             + ("" if stats is not None else " without stats"))
+        return stats
+
+
+class _AttemptFailed(Exception):
+    def __init__(self, error: grpc.RpcError, result_arrived: bool):
+        super().__init__(str(error))
+        self.error = error
+        self.result_arrived = result_arrived
+
+
+def _retry_wait(error: grpc.RpcError, result_arrived: bool) -> Optional[float]:
+    """Seconds to wait at least before sending the call again, or None when it is final."""
+    code = error.code()
+    trailers = dict(error.trailing_metadata() or ())
+    pushback = trailers.get("grpc-retry-pushback-ms")
+    if pushback is not None:  # The service's word: wait so long, or (negative) never.
+        try:
+            milliseconds = int(pushback)
+        except ValueError:
+            return None
+        return milliseconds / 1000 if milliseconds >= 0 else None
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return 0.0
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _QUOTA_RESET in (error.details() or ""):
+        return 0.0  # Our chunks are within every server's limit: another call's doing.
+    if code == grpc.StatusCode.CANCELLED and not result_arrived:
+        return 0.0  # A server shutting down cancels the calls that arrive as it closes.
+    return None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("input", help="a .npy file holding a 2-D matrix or a 3-D batch")
+    parser.add_argument("output", help="the .npy file to write the transpose to")
+    parser.add_argument("--server", default="localhost:50051")
+    parser.add_argument("--token_file", help="a file holding the bearer token")
+    parser.add_argument("--tls_ca", help="PEM roots: use TLS and trust these")
+    parser.add_argument("--deadline", type=float, default=600.0, help="seconds for the call")
+    parser.add_argument("--attempts", type=int, default=4)
+    args = parser.parse_args(argv)
+    token = None
+    if args.token_file:
+        with open(args.token_file) as f:
+            token = f.read().strip()
+    roots = None
+    if args.tls_ca:
+        with open(args.tls_ca, "rb") as f:
+            roots = f.read()
+    array = np.load(args.input, allow_pickle=False)
+    with Client(args.server, token=token, root_certificates=roots, max_attempts=args.attempts,
+                timeout=args.deadline) as client:
+        try:
+            result = client.transpose(array)
+        except TransposeError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+    np.save(args.output, result.array)
+    stats = result.stats
+    print(f"{args.input} {array.shape} -> {args.output} {result.array.shape}: "
+          f"{stats.backend} {stats.algorithm}, kernel {stats.kernel_seconds * 1e3:.3f} ms, "
+          f"{stats.bandwidth_bytes_per_second / 1e9:.1f} GB/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""The Python example client (examples/python/transpose_client.py) against the real server:
+results equal NumPy's for every dtype NumPy has and for batches, odd layouts and multi-chunk
+transfers both ways; a busy server's refusal is sent again, a final one is not; tokens; its CLI.
+
+Usage: python_client_test.py --repo REPO --server PATH_TO_transpose_server
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import grpc
+import numpy as np
+
+ARGS = None
+transpose_client = None  # Imported in main, once the repository's path is known.
+
+
+def start_server(*flags, metrics=False):
+    """The server on a free loopback port, and its address (and its metrics URL)."""
+    server = subprocess.Popen(
+        [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0",
+         "--metrics_address=" + ("127.0.0.1:0" if metrics else ""), "--log_level=error", *flags],
+        stdout=subprocess.PIPE, text=True)
+    line = server.stdout.readline()
+    if not line.startswith("listening on "):
+        server.kill()
+        raise RuntimeError(f"the server did not start: {line!r}")
+    target = "127.0.0.1:" + line.strip().rsplit(":", 1)[1]
+    if not metrics:
+        return server, target
+    line = server.stdout.readline()
+    return server, target, "http://" + line.strip().rsplit(" ", 1)[1] + "/metrics"
+
+
+def metric(url, sample):
+    for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def stop_server(server):
+    server.kill()
+    server.wait(timeout=30)
+    server.stdout.close()
+
+
+def random_array(dtype, shape, rng):
+    dtype = np.dtype(dtype)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def expected(array):
+    return np.ascontiguousarray(np.swapaxes(array, -1, -2))
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Small response chunks, so that a few MiB come back in many messages.
+        cls.server, cls.target = start_server("--response_chunk_bytes=65536")
+        cls.client = transpose_client.Client(cls.target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        stop_server(cls.server)
+
+    def assertSameBytes(self, actual, wanted):
+        self.assertEqual(actual.shape, wanted.shape)
+        self.assertEqual(actual.dtype, wanted.dtype)
+        # Bytewise: random float bits hold NaNs, which compare unequal as floats.
+        self.assertEqual(actual.tobytes(), wanted.tobytes())
+
+    def test_every_dtype_and_shape(self):
+        rng = np.random.default_rng(7)
+        for dtype in transpose_client.DATA_TYPES:
+            for shape in ((1, 1), (1, 7), (7, 1), (31, 33), (3, 65, 129)):
+                with self.subTest(dtype=str(dtype), shape=shape):
+                    array = random_array(dtype, shape, rng)
+                    result = self.client.transpose(array)
+                    self.assertSameBytes(result.array, expected(array))
+                    self.assertEqual(result.stats.backend, "cpu")
+                    self.assertEqual(result.attempts, 1)
+
+    def test_a_matrix_of_many_chunks_each_way_reports_its_progress(self):
+        array = random_array(np.float64, (1000, 700), np.random.default_rng(1))  # 5.3 MiB.
+        progress = []
+        result = self.client.transpose(array, on_progress=lambda *p: progress.append(p))
+        self.assertSameBytes(result.array, expected(array))
+        total = array.nbytes
+        self.assertEqual(progress[-1], (total, total, total, 1))
+        sent = [p[0] for p in progress]
+        received = [p[1] for p in progress]
+        self.assertEqual(sent, sorted(sent))
+        self.assertEqual(received, sorted(received))
+        # 1 MiB up, 64 KiB back: six reports of the upload, 86 of the result.
+        self.assertEqual(len(set(sent)), 6)
+        self.assertEqual(len(set(received) - {0}), -(-total // 65536))
+        self.assertGreater(result.stats.kernel_seconds, 0)
+
+    def test_views_and_big_endian_arrays_are_sent_as_their_values(self):
+        rng = np.random.default_rng(3)
+        base = rng.standard_normal((64, 90)).astype(np.float32)
+        for array in (base[::2, 1::3], base.T, base.astype(">f4"), base[:, :, None][:, :, 0]):
+            with self.subTest(shape=array.shape, dtype=str(array.dtype)):
+                result = self.client.transpose(array)
+                np.testing.assert_array_equal(result.array, np.ascontiguousarray(array.T))
+
+    def test_arrays_the_api_cannot_carry_are_refused_before_sending(self):
+        for array in (np.zeros(5, np.float32), np.zeros((2, 2, 2, 2), np.float32),
+                      np.zeros((2, 2), np.bool_), np.zeros((2, 2), object)):
+            with self.subTest(shape=array.shape, dtype=str(array.dtype)):
+                with self.assertRaises(ValueError):
+                    self.client.transpose(array)
+
+    def test_a_busy_server_is_asked_again_and_a_final_refusal_is_not(self):
+        server, target, metrics = start_server("--max_inflight_requests=1",
+                                               "--max_matrix_bytes=1048576", metrics=True)
+        try:
+            channel = grpc.insecure_channel(target)
+            stub = transpose_client.pb_grpc.TransposeServiceStub(channel)
+            release = threading.Event()
+
+            def header_only():
+                yield transpose_client.pb.TransposeRequest(
+                    dtype=transpose_client.pb.DATA_TYPE_FLOAT32,
+                    shape=transpose_client.pb.MatrixShape(rows=8, cols=8))
+                release.wait()
+
+            # An upload that holds the server's one request slot until released.
+            held = stub.TransposeStream(header_only(), timeout=60)
+            time.sleep(0.5)
+            array = np.arange(12, dtype=np.int32).reshape(3, 4)
+            refusals = ('transpose_requests_total{code="RESOURCE_EXHAUSTED",'
+                        'method="TransposeStream"}')
+
+            def release_once_refused():
+                deadline = time.time() + 30
+                while metric(metrics, refusals) < 1 and time.time() < deadline:
+                    time.sleep(0.01)
+                release.set()
+
+            with transpose_client.Client(target) as client:
+                threading.Thread(target=release_once_refused).start()
+                result = client.transpose(array)
+                self.assertGreaterEqual(result.attempts, 2)
+                np.testing.assert_array_equal(result.array, array.T)
+                # Over --max_matrix_bytes: final, one attempt.
+                with self.assertRaises(transpose_client.TransposeError) as refused:
+                    client.transpose(np.zeros((1024, 512), np.float32))
+                self.assertEqual(refused.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+                self.assertFalse(refused.exception.retryable)
+                self.assertEqual(refused.exception.attempts, 1)
+                self.assertIn("[request ", refused.exception.message)
+            release.set()
+            held.cancel()
+            channel.close()
+        finally:
+            stop_server(server)
+
+    def test_tokens(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tokens = os.path.join(tmp, "tokens")
+            with open(tokens, "w") as f:
+                f.write("python-client-token\n")
+            server, target = start_server(f"--auth_token_file={tokens}")
+            try:
+                array = np.eye(3, 5, dtype=np.float32)
+                with transpose_client.Client(target, token="python-client-token") as client:
+                    np.testing.assert_array_equal(client.transpose(array).array, array.T)
+                with transpose_client.Client(target, token="wrong") as client:
+                    with self.assertRaises(transpose_client.TransposeError) as refused:
+                        client.transpose(array)
+                    self.assertEqual(refused.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+                    self.assertFalse(refused.exception.retryable)
+            finally:
+                stop_server(server)
+
+    def test_the_command_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            array = random_array(np.complex64, (2, 30, 17), np.random.default_rng(5))
+            source, target = os.path.join(tmp, "a.npy"), os.path.join(tmp, "b.npy")
+            np.save(source, array)
+            run = subprocess.run(
+                [sys.executable, ARGS.client, f"--server={self.target}", source, target],
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertIn("(2, 30, 17)", run.stdout)
+            self.assertSameBytes(np.load(target), expected(array))
+            # A server out of reach: an error line and exit 1, after its attempts.
+            run = subprocess.run(
+                [sys.executable, ARGS.client, "--server=127.0.0.1:1", "--attempts=2", source,
+                 target], capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 1)
+            self.assertIn("error: UNAVAILABLE", run.stderr)
+
+
+def main():
+    global ARGS, transpose_client
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--server", required=True)
+    ARGS, rest = parser.parse_known_args()
+    ARGS.client = os.path.join(ARGS.repo, "examples", "python", "transpose_client.py")
+    sys.path.insert(0, os.path.dirname(ARGS.client))
+    import transpose_client as module
+    transpose_client = module
+    unittest.main(argv=[sys.argv[0]] + rest)
+
+
+if __name__ == "__main__":
+    main()
