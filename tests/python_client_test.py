@@ -46,6 +46,14 @@ def metric(url, sample):
     return 0.0
 
 
+def await_metric(url, sample, at_least, timeout=30):
+    deadline = time.time() + timeout
+    while metric(url, sample) < at_least:
+        if time.time() > deadline:
+            raise AssertionError(f"{sample} stayed under {at_least}")
+        time.sleep(0.01)
+
+
 def stop_server(server):
     server.kill()
     server.wait(timeout=30)
@@ -117,6 +125,7 @@ class PythonClientTest(unittest.TestCase):
 
     def test_arrays_the_api_cannot_carry_are_refused_before_sending(self):
         for array in (np.zeros(5, np.float32), np.zeros((2, 2, 2, 2), np.float32),
+                      np.zeros((0, 4), np.float32), np.zeros((2, 0, 2), np.int8),
                       np.zeros((2, 2), np.bool_), np.zeros((2, 2), object)):
             with self.subTest(shape=array.shape, dtype=str(array.dtype)):
                 with self.assertRaises(ValueError):
@@ -136,18 +145,19 @@ class PythonClientTest(unittest.TestCase):
                     shape=transpose_client.pb.MatrixShape(rows=8, cols=8))
                 release.wait()
 
-            # An upload that holds the server's one request slot until released.
+            # An upload that holds the server's one request slot until released, once the
+            # client's first attempt has been refused.
             held = stub.TransposeStream(header_only(), timeout=60)
-            time.sleep(0.5)
+            await_metric(metrics, "transpose_admitted_requests", 1)
             array = np.arange(12, dtype=np.int32).reshape(3, 4)
             refusals = ('transpose_requests_total{code="RESOURCE_EXHAUSTED",'
                         'method="TransposeStream"}')
 
             def release_once_refused():
-                deadline = time.time() + 30
-                while metric(metrics, refusals) < 1 and time.time() < deadline:
-                    time.sleep(0.01)
-                release.set()
+                try:
+                    await_metric(metrics, refusals, 1)
+                finally:
+                    release.set()
 
             with transpose_client.Client(target) as client:
                 threading.Thread(target=release_once_refused).start()
@@ -161,11 +171,71 @@ class PythonClientTest(unittest.TestCase):
                 self.assertFalse(refused.exception.retryable)
                 self.assertEqual(refused.exception.attempts, 1)
                 self.assertIn("[request ", refused.exception.message)
+        finally:
             release.set()
             held.cancel()
             channel.close()
+            stop_server(server)
+
+    def test_a_call_reset_by_the_transport_quota_is_sent_again(self):
+        # The client's upload pauses after its first chunk while a 256 MiB message on another
+        # connection uses up the server's 64 MiB transport quota; gRPC's reclaimer resets the
+        # client's stream first (its connection's stream came first) and then the hog's.
+        server, target = start_server("--max_message_bytes=1048576", "--max_inflight_bytes=33554432",
+                                      "--max_transport_bytes=67108864")
+        try:
+            hog_done = threading.Event()
+            attempts = []
+
+            def pause_first_attempt(sent, received, total, attempt):
+                attempts.append(attempt)
+                if attempt == 1 and len(attempts) == 1:
+                    threading.Thread(target=hog, daemon=True).start()
+                    hog_done.wait(60)
+
+            def hog():
+                try:
+                    with grpc.insecure_channel(
+                            target, [("grpc.max_send_message_length", -1)]) as channel:
+                        stub = transpose_client.pb_grpc.TransposeServiceStub(channel)
+                        request = transpose_client.pb.TransposeRequest(
+                            dtype=transpose_client.pb.DATA_TYPE_UINT8,
+                            shape=transpose_client.pb.MatrixShape(rows=16384, cols=16384),
+                            data=bytes(256 << 20))
+                        try:
+                            stub.Transpose(request, timeout=60)
+                        except grpc.RpcError as error:
+                            self.hog_error = error
+                finally:
+                    hog_done.set()
+
+            self.hog_error = None
+            array = random_array(np.float32, (2048, 1024), np.random.default_rng(9))  # 8 MiB.
+            with transpose_client.Client(target) as client:
+                result = client.transpose(array, on_progress=pause_first_attempt)
+            self.assertIsNotNone(self.hog_error)
+            self.assertEqual(self.hog_error.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("RST_STREAM with error code 11", self.hog_error.details())
+            self.assertEqual(result.attempts, 2)
+            self.assertSameBytes(result.array, expected(array))
         finally:
             stop_server(server)
+
+    def test_an_exception_from_the_progress_callback_ends_the_call(self):
+        class Stop(Exception):
+            pass
+
+        def stop(sent, received, total, attempt):
+            if (sent if stage == "upload" else received) > 0:
+                raise Stop()
+
+        array = np.ones((1024, 600), np.float32)  # 2.3 MiB: three chunks up.
+        for stage in ("upload", "result"):
+            with self.subTest(stage=stage):
+                with self.assertRaises(Stop):
+                    self.client.transpose(array, on_progress=stop)
+        # The client goes on.
+        np.testing.assert_array_equal(self.client.transpose(array).array, array.T)
 
     def test_tokens(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -18,8 +18,9 @@ get through is sent again with backoff: busy (RESOURCE_EXHAUSTED with grpc-retry
 a transport quota's reset, UNAVAILABLE, a CANCELLED the client did not cause.
 
 Needs Debian's python3-grpcio, python3-protobuf and python3-numpy. The gRPC stubs are generated
-from proto/transpose/v1/transpose.proto at first use (protoc with Debian's grpc_python_plugin, or
-grpcio-tools where pip installed it); to ship them instead, run once
+from proto/transpose/v1/transpose.proto at first use (protoc with Debian's grpc_python_plugin, from
+protobuf-compiler-grpc, or grpcio-tools where pip installed it) into a cache folder under the
+system's temporary folder; to ship them instead, run once
 
     protoc -I proto --python_out=OUT --grpc_out=OUT \\
         --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin proto/transpose/v1/transpose.proto
@@ -27,6 +28,7 @@ grpcio-tools where pip installed it); to ship them instead, run once
 and put OUT on sys.path.
 """
 import argparse
+import hashlib
 import os
 import random
 import shutil
@@ -49,8 +51,21 @@ def _load_stubs():
         return transpose_pb2, transpose_pb2_grpc
     except ImportError:
         pass
-    out = tempfile.mkdtemp(prefix="transpose_stubs_")
     proto = os.path.join("transpose", "v1", "transpose.proto")
+    with open(os.path.join(_PROTO_ROOT, proto), "rb") as f:
+        version = hashlib.sha256(f.read()).hexdigest()[:16]
+    # One folder per version of the API and user, made once: a new one is filled, then renamed
+    # into place, so that processes starting together never see half of one.
+    cache = os.path.join(tempfile.gettempdir(), f"transpose_stubs_{os.getuid()}_{version}")
+    if not os.path.isdir(cache):
+        _generate_stubs(proto, cache)
+    sys.path.insert(0, cache)
+    from transpose.v1 import transpose_pb2, transpose_pb2_grpc
+    return transpose_pb2, transpose_pb2_grpc
+
+
+def _generate_stubs(proto, cache):
+    out = tempfile.mkdtemp(prefix=os.path.basename(cache) + ".", dir=os.path.dirname(cache))
     plugin = shutil.which("grpc_python_plugin")
     if plugin is not None and shutil.which("protoc") is not None:
         command = ["protoc", f"--plugin=protoc-gen-grpc={plugin}", "--grpc_out", out]
@@ -59,11 +74,13 @@ def _load_stubs():
     made = subprocess.run(command + ["-I", _PROTO_ROOT, "--python_out", out, proto],
                           capture_output=True, text=True)
     if made.returncode != 0:
+        shutil.rmtree(out, ignore_errors=True)
         raise ImportError("could not generate the gRPC stubs (install protobuf-compiler-grpc, "
                           f"or pip's grpcio-tools): {made.stderr.strip()}")
-    sys.path.insert(0, out)
-    from transpose.v1 import transpose_pb2, transpose_pb2_grpc
-    return transpose_pb2, transpose_pb2_grpc
+    try:
+        os.rename(out, cache)
+    except OSError:  # Another process got there first.
+        shutil.rmtree(out, ignore_errors=True)
 
 
 pb, pb_grpc = _load_stubs()
@@ -147,19 +164,22 @@ class Client:
     def transpose(self, array: np.ndarray, algorithm: int = pb.ALGORITHM_AUTO,
                   on_progress: Optional[Callable[[int, int, int, int], None]] = None) -> Result:
         """`array` (2-D, or 3-D for a batch) transposed on the server: each matrix's rows and
-        columns swapped. on_progress(sent, received, total, attempt) follows the transfer; an
-        attempt sent again starts from zero. Raises TransposeError, or ValueError for an array
-        the API cannot carry."""
-        if array.ndim not in (2, 3):
-            raise ValueError(f"expected a 2-D matrix or a 3-D batch, got {array.ndim} dimensions")
-        dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
-        if dtype not in DATA_TYPES:
+        columns swapped. on_progress(sent, received, total, attempt) follows the transfer, from
+        this thread or grpcio's (never two at once, never after the call returns); an attempt
+        sent again starts from zero, and an exception it raises ends the call. Raises
+        TransposeError, or ValueError for an array the API cannot carry."""
+        if array.ndim not in (2, 3) or array.size == 0:
+            raise ValueError("expected a 2-D matrix or a 3-D batch with no side of length 0, "
+                             f"got shape {array.shape}")
+        # The wire is little-endian, whatever this host is.
+        wire = array.dtype.newbyteorder("<")
+        if wire.newbyteorder("=") not in DATA_TYPES:
             raise ValueError(f"dtype {array.dtype} is not one the service takes")
-        data = np.ascontiguousarray(array, dtype=dtype)
+        data = np.ascontiguousarray(array, dtype=wire)
         batch, rows, cols = (1,) * (3 - data.ndim) + data.shape
         out_shape = data.shape[:-2] + (cols, rows)
         header = pb.TransposeRequest(
-            dtype=DATA_TYPES[dtype], algorithm=algorithm,
+            dtype=DATA_TYPES[wire.newbyteorder("=")], algorithm=algorithm,
             shape=pb.MatrixShape(batch=batch, rows=rows, cols=cols))
         # The same id for every attempt, so that the server's log lines of a failure name it.
         request_id = "%016x" % random.getrandbits(64)
@@ -167,98 +187,153 @@ class Client:
         deadline = time.monotonic() + self._timeout
         backoff = 0.1
         for attempt in range(1, self._max_attempts + 1):
-            output = np.empty(out_shape, dtype)
+            output = np.empty(out_shape, wire)
             try:
-                stats = self._stream(header, data, output, metadata, deadline, attempt,
-                                     on_progress)
+                stats = _Attempt(self._stub, header, data, output, attempt, on_progress).run(
+                    metadata, deadline)
                 return Result(output, stats, attempt)
             except _AttemptFailed as failed:
-                error = failed.error
-                wait = _retry_wait(error, failed.result_arrived)
-                message = f"{error.details()} [request {request_id}]"
+                code, details = failed.code, failed.details
+                wait = None if failed.error is None else _retry_wait(failed.error,
+                                                                     failed.result_arrived)
+                message = f"{details} [request {request_id}]"
                 final = wait is None or attempt == self._max_attempts
                 if not final:
                     wait = max(wait, backoff * random.uniform(0.5, 1.0))
                     final = time.monotonic() + wait >= deadline
                 if final:
-                    raise TransposeError(error.code(), message, wait is not None,
-                                         attempt) from None
+                    raise TransposeError(code, message, wait is not None, attempt) from None
                 time.sleep(wait)
                 backoff = min(2 * backoff, 2.0)
         raise AssertionError("unreachable")
 
-    def _stream(self, header, data, output, metadata, deadline, attempt, on_progress):
-        source = memoryview(data.reshape(-1)).cast("B")
-        sink = output.reshape(-1).view(np.uint8)
-        total = len(source)
-        result_in = threading.Event()
-        sent = [0]
-
-        def requests():
-            for offset in range(0, total, CHUNK_BYTES):
-                request = pb.TransposeRequest(data=bytes(source[offset:offset + CHUNK_BYTES]))
-                if offset == 0:
-                    request.MergeFrom(header)
-                yield request
-                sent[0] = min(offset + CHUNK_BYTES, total)
-                if on_progress is not None:
-                    on_progress(sent[0], 0, total, attempt)
-            # Half-close once the result is in, not after the upload (see the module's doc).
-            result_in.wait()
-
-        received = 0
-        stats = None
-        call = self._stub.TransposeStream(requests(), timeout=max(0.0, deadline - time.monotonic()),
-                                          metadata=metadata)
-        try:
-            for response in call:
-                piece = np.frombuffer(response.data, np.uint8)
-                if received + len(piece) > total:
-                    call.cancel()
-                    raise ValueError("the server sent more bytes than the result holds")
-                sink[received:received + len(piece)] = piece
-                received += len(piece)
-                if len(piece) and on_progress is not None:
-                    on_progress(sent[0], received, total, attempt)
-                if response.HasField("stats"):
-                    stats = response.stats
-                    result_in.set()
-        except grpc.RpcError as error:
-            # The stats come with the last chunk once the server's job succeeded: with them and
-            # every byte here, the call is done, whatever ended the stream after that.
-            if stats is not None and received == total:
-                return stats
-            raise _AttemptFailed(error, received > 0) from None
-        finally:
-            result_in.set()  # Lets the request thread end.
-        if stats is None or received != total:
-            raise ValueError(f"the server ended the stream after {received} of {total} bytes"
-                             + ("" if stats is not None else " without stats"))
-        return stats
-
 
 class _AttemptFailed(Exception):
-    def __init__(self, error: grpc.RpcError, result_arrived: bool):
-        super().__init__(str(error))
-        self.error = error
+    def __init__(self, code: grpc.StatusCode, details: str, error: Optional[grpc.RpcError] = None,
+                 result_arrived: bool = False):
+        super().__init__(details)
+        self.code = code
+        self.details = details
+        self.error = error  # None for a failure this side found (a final one).
         self.result_arrived = result_arrived
 
 
+class _Attempt:
+    """One TransposeStream call: grpcio's thread sends the chunks from requests(), this one reads
+    the result into `output`."""
+
+    def __init__(self, stub, header, data, output, attempt, on_progress):
+        self._stub = stub
+        self._header = header
+        self._source = memoryview(data.reshape(-1)).cast("B")
+        self._sink = output.reshape(-1).view(np.uint8)
+        self._total = len(self._source)
+        self._attempt = attempt
+        self._on_progress = on_progress
+        self._result_in = threading.Event()
+        self._lock = threading.Lock()  # Orders the reports and guards what they read.
+        self._sent = 0
+        self._received = 0
+        self._ended = False  # No reports once the call is over.
+        self._callback_error = None
+
+    def _report(self, sent=None, received=None):
+        with self._lock:
+            if sent is not None:
+                self._sent = sent
+            if received is not None:
+                self._received = received
+            if self._on_progress is None or self._ended or self._callback_error is not None:
+                return
+            try:
+                self._on_progress(self._sent, self._received, self._total, self._attempt)
+            except BaseException as error:  # Raised again on the caller's thread.
+                self._callback_error = error
+
+    def _requests(self):
+        for offset in range(0, self._total, CHUNK_BYTES):
+            request = pb.TransposeRequest(data=bytes(self._source[offset:offset + CHUNK_BYTES]))
+            if offset == 0:
+                request.MergeFrom(self._header)
+            yield request
+            self._report(sent=min(offset + CHUNK_BYTES, self._total))
+            if self._callback_error is not None:
+                self._result_in.set()
+                return
+        # Half-close once the result is in, not after the upload (see the module's doc).
+        self._result_in.wait()
+
+    def run(self, metadata, deadline):
+        call = self._stub.TransposeStream(self._requests(),
+                                          timeout=max(0.0, deadline - time.monotonic()),
+                                          metadata=metadata)
+        stats = None
+        received = 0
+        try:
+            for response in call:
+                shape = self._header.shape
+                if received == 0 and (response.dtype != self._header.dtype
+                                      or response.shape.batch != shape.batch
+                                      or response.shape.rows != shape.cols
+                                      or response.shape.cols != shape.rows):
+                    raise _AttemptFailed(grpc.StatusCode.DATA_LOSS,
+                                         "the server's result is not this matrix's transpose")
+                piece = np.frombuffer(response.data, np.uint8)
+                if received + len(piece) > self._total:
+                    raise _AttemptFailed(grpc.StatusCode.DATA_LOSS,
+                                         "the server sent more bytes than the result holds")
+                self._sink[received:received + len(piece)] = piece
+                received += len(piece)
+                if len(piece):
+                    self._report(received=received)
+                if self._callback_error is not None:
+                    raise self._callback_error
+                if response.HasField("stats"):
+                    stats = response.stats
+                    self._result_in.set()
+        except grpc.RpcError as error:
+            if self._callback_error is not None:
+                raise self._callback_error from None
+            # The stats come with the last chunk once the server's job succeeded: with them and
+            # every byte here, the call is done, whatever ended the stream after that.
+            if stats is not None and received == self._total:
+                return stats
+            raise _AttemptFailed(error.code(), error.details() or "", error,
+                                 received > 0) from None
+        finally:
+            with self._lock:
+                self._ended = True
+            self._result_in.set()  # Lets the request thread end.
+            call.cancel()  # Frees the server's side now if this side gave up; else a no-op.
+        if stats is None or received != self._total:
+            raise _AttemptFailed(
+                grpc.StatusCode.DATA_LOSS,
+                f"the server ended the stream after {received} of {self._total} bytes"
+                + ("" if stats is not None else " without stats"))
+        return stats
+
+
 def _retry_wait(error: grpc.RpcError, result_arrived: bool) -> Optional[float]:
-    """Seconds to wait at least before sending the call again, or None when it is final."""
+    """Seconds to wait at least before sending the call again, or None when it is final (as the
+    C++ client decides)."""
     code = error.code()
     trailers = dict(error.trailing_metadata() or ())
-    pushback = trailers.get("grpc-retry-pushback-ms")
-    if pushback is not None:  # The service's word: wait so long, or (negative) never.
+    pushback = None
+    if "grpc-retry-pushback-ms" in trailers:  # The service's word: so long, or never.
         try:
-            milliseconds = int(pushback)
+            pushback = int(trailers["grpc-retry-pushback-ms"])
         except ValueError:
             return None
-        return milliseconds / 1000 if milliseconds >= 0 else None
+        if pushback < 0:
+            return None
     if code == grpc.StatusCode.UNAVAILABLE:
         return 0.0
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _QUOTA_RESET in (error.details() or ""):
-        return 0.0  # Our chunks are within every server's limit: another call's doing.
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if pushback is not None:
+            return pushback / 1000
+        # Our chunks are within every server's limit, so the quota's reset was another call's
+        # doing.
+        return 0.0 if _QUOTA_RESET in (error.details() or "") else None
     if code == grpc.StatusCode.CANCELLED and not result_arrived:
         return 0.0  # A server shutting down cancels the calls that arrive as it closes.
     return None
