@@ -239,15 +239,21 @@ class DeployTest(unittest.TestCase):
                         argv = ["sh", "-c", shlex.join(argv) + ";" + liveness_shell]
                     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
+                def probes_give(port, health_exit, alive_exit, ready, files=tmp):
+                    """The liveness CLI's own exit code, the liveness probe's, and whether
+                    readiness passes."""
+                    health = run_probe(liveness, port, files=files)
+                    self.assertEqual(health.returncode, health_exit, f"{name}: {health.stderr}")
+                    alive = run_probe(liveness, port, shell=True, files=files)
+                    self.assertEqual(alive.returncode, alive_exit, f"{name}: {alive.stderr}")
+                    readiness = run_probe(probe, port, files=files)
+                    self.assertEqual(readiness.returncode == 0, ready,
+                                     f"{name}: {readiness.stdout}{readiness.stderr}")
+
                 def no_answer(port, files=tmp):
                     """No answer (the CLI's exit 3): not ready, but alive, so a certificate
                     that cannot be used restarts nothing."""
-                    health = run_probe(liveness, port, files=files)
-                    self.assertEqual(health.returncode, 3, f"{name}: {health.stderr}")
-                    alive = run_probe(liveness, port, shell=True, files=files)
-                    self.assertEqual(alive.returncode, 0, f"{name}: {alive.stderr}")
-                    ready = run_probe(probe, port, files=files)
-                    self.assertNotEqual(ready.returncode, 0, f"{name}: {ready.stdout}")
+                    probes_give(port, 3, 0, ready=False, files=files)
 
                 # The server with the Secret's files, without TLS, and with an expired
                 # certificate.
@@ -267,12 +273,7 @@ class DeployTest(unittest.TestCase):
                         if served != "tls":
                             no_answer(port, files)
                             continue
-                        health = run_probe(liveness, port)
-                        self.assertEqual(health.returncode, 0, f"{name}: {health.stderr}")
-                        alive = run_probe(liveness, port, shell=True)
-                        self.assertEqual(alive.returncode, 0, f"{name}: {alive.stderr}")
-                        ready = run_probe(probe, port)
-                        self.assertEqual(ready.returncode, 0, f"{name}: {ready.stdout}{ready.stderr}")
+                        probes_give(port, 0, 0, ready=True)
                         # Another CA's roots: no answer either.
                         no_answer(port, os.path.join(tmp, "other"))
                         # A probe that cannot run (no CLI in the image) fails, rather than
@@ -285,12 +286,7 @@ class DeployTest(unittest.TestCase):
                         # none: the CLI's exit 4, which fails both.
                         server.send_signal(signal.SIGSTOP)
                         try:
-                            health = run_probe(liveness, port)
-                            self.assertEqual(health.returncode, 4, f"{name}: {health.stderr}")
-                            alive = run_probe(liveness, port, shell=True)
-                            self.assertEqual(alive.returncode, 1, f"{name}: {alive.stderr}")
-                            ready = run_probe(probe, port)
-                            self.assertNotEqual(ready.returncode, 0, f"{name}: {ready.stdout}")
+                            probes_give(port, 4, 1, ready=False)
                         finally:
                             server.send_signal(signal.SIGCONT)
                         # An answer of NOT_SERVING (here: draining, held there by
