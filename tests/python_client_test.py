@@ -255,6 +255,58 @@ class PythonClientTest(unittest.TestCase):
             finally:
                 stop_server(server)
 
+    def test_calls_spread_over_every_address_of_the_target(self):
+        servers = [start_server(metrics=True) for _ in range(3)]
+        try:
+            target = "ipv4:" + ",".join(address for _, address, _ in servers)
+            array = np.arange(16 * 24, dtype=np.float32).reshape(16, 24)
+            with transpose_client.Client(target) as client:
+                for _ in range(30):
+                    np.testing.assert_array_equal(client.transpose(array).array, array.T)
+            served = [metric(url, 'transpose_requests_total{code="OK",method="TransposeStream"}')
+                      for _, _, url in servers]
+            self.assertEqual(sum(served), 30)
+            for count in served:
+                self.assertGreaterEqual(count, 5, served)
+        finally:
+            for server, _, _ in servers:
+                stop_server(server)
+
+    def test_a_stub_cache_that_another_user_could_write_to_is_not_used(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            # What another user could leave where the stubs would be cached: a folder anyone
+            # may write to, holding modules with the stubs' names for every possible key.
+            shared = os.path.join(tmp, f"transpose_stubs_{os.getuid()}")
+            os.mkdir(shared)
+            os.chmod(shared, 0o777)
+            marker = os.path.join(tmp, "ran")
+            planted = os.path.join(shared, "{}", "transpose", "v1")
+            # The key is a hash; the client's own function names the folder it would use.
+            key = subprocess.run(
+                [sys.executable, "-c",
+                 "import os, tempfile, transpose_client as t; print(os.path.basename("
+                 "os.path.dirname(os.path.dirname(os.path.dirname(t.pb.__file__)))))"],
+                env=dict(os.environ, PYTHONPATH=os.path.dirname(ARGS.client)),
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(key.returncode, 0, key.stderr)
+            self.assertNotEqual(key.stdout.strip(), "")
+            folder = planted.format(key.stdout.strip())
+            os.makedirs(folder)
+            for module in ("__init__.py", "transpose_pb2.py", "transpose_pb2_grpc.py"):
+                with open(os.path.join(folder, module), "w") as f:
+                    f.write(f"open({marker!r}, 'w').close()\n")
+            for package in (os.path.dirname(folder), os.path.dirname(os.path.dirname(folder))):
+                open(os.path.join(package, "__init__.py"), "w").close()
+            loaded = subprocess.run(
+                [sys.executable, "-c",
+                 "import transpose_client as t; print(t.pb.ServerInfo.DESCRIPTOR.full_name)"],
+                env=dict(os.environ, PYTHONPATH=os.path.dirname(ARGS.client), TMPDIR=tmp),
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(loaded.returncode, 0, loaded.stderr)
+            self.assertEqual(loaded.stdout.strip(), "transpose.v1.ServerInfo")
+            self.assertIn("not this user's alone", loaded.stderr)
+            self.assertFalse(os.path.exists(marker))
+
     def test_the_command_line(self):
         with tempfile.TemporaryDirectory() as tmp:
             array = random_array(np.complex64, (2, 30, 17), np.random.default_rng(5))
@@ -272,6 +324,51 @@ class PythonClientTest(unittest.TestCase):
                  target], capture_output=True, text=True, timeout=120)
             self.assertEqual(run.returncode, 1)
             self.assertIn("error: UNAVAILABLE", run.stderr)
+
+    def test_the_command_line_writes_the_path_it_is_given_or_reports_what_stops_it(self):
+        def cli(*arguments):
+            return subprocess.run([sys.executable, ARGS.client, f"--server={self.target}",
+                                   *arguments], capture_output=True, text=True, timeout=120)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            array = random_array(np.int16, (7, 9), np.random.default_rng(6))
+            source = os.path.join(tmp, "a.npy")
+            np.save(source, array)
+            # Exactly the path given (NumPy's save would add ".npy"), and nothing beside it.
+            target = os.path.join(tmp, "result")
+            run = cli(source, target)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertSameBytes(np.load(target), expected(array))
+            self.assertEqual(sorted(os.listdir(tmp)), ["a.npy", "result"])
+
+            def refused(run, *words):
+                self.assertEqual(run.returncode, 1, run.stdout)
+                self.assertTrue(run.stderr.startswith("error: "), run.stderr)
+                self.assertNotIn("Traceback", run.stderr)
+                for word in words:
+                    self.assertIn(word, run.stderr)
+
+            np.save(os.path.join(tmp, "vector.npy"), np.arange(5))
+            refused(cli(os.path.join(tmp, "vector.npy"), target), "shape (5,)")
+            refused(cli(os.path.join(tmp, "missing.npy"), target), "missing.npy")
+            refused(cli(source, os.path.join(tmp, "no", "such", "folder")), "folder")
+            # A server's token file during a rotation lists two: which one to send is not for
+            # the client to guess, and neither may reach a log.
+            tokens = os.path.join(tmp, "tokens")
+            with open(tokens, "w") as f:
+                f.write("first-secret-token\n\n  second-secret-token \n")
+            run = cli(f"--token_file={tokens}", source, target)
+            refused(run, "holds 2 tokens; a client sends one")
+            self.assertNotIn("secret", run.stderr)
+            with open(tokens, "w") as f:
+                f.write("a secret\n")
+            run = cli(f"--token_file={tokens}", source, target)
+            refused(run, "line 1 holds a character that is not visible ASCII")
+            self.assertNotIn("secret", run.stderr)
+            # The failed runs left the earlier result whole.
+            self.assertSameBytes(np.load(target), expected(array))
+            self.assertEqual(sorted(os.listdir(tmp)),
+                             ["a.npy", "result", "tokens", "vector.npy"])
 
 
 def main():

@@ -19,8 +19,8 @@ a transport quota's reset, UNAVAILABLE, a CANCELLED the client did not cause.
 
 Needs Debian's python3-grpcio, python3-protobuf and python3-numpy. The gRPC stubs are generated
 from proto/transpose/v1/transpose.proto at first use (protoc with Debian's grpc_python_plugin, from
-protobuf-compiler-grpc, or grpcio-tools where pip installed it) into a cache folder under the
-system's temporary folder; to ship them instead, run once
+protobuf-compiler-grpc, or grpcio-tools where pip installed it) into a cache folder of this user's
+alone under the system's temporary folder; to ship them instead, run once
 
     protoc -I proto --python_out=OUT --grpc_out=OUT \\
         --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin proto/transpose/v1/transpose.proto
@@ -28,17 +28,21 @@ system's temporary folder; to ship them instead, run once
 and put OUT on sys.path.
 """
 import argparse
+import atexit
 import hashlib
 import os
 import random
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import warnings
 from typing import Callable, NamedTuple, Optional
 
+import google.protobuf
 import grpc
 import numpy as np
 
@@ -51,17 +55,46 @@ def _load_stubs():
         return transpose_pb2, transpose_pb2_grpc
     except ImportError:
         pass
-    proto = os.path.join("transpose", "v1", "transpose.proto")
-    with open(os.path.join(_PROTO_ROOT, proto), "rb") as f:
-        version = hashlib.sha256(f.read()).hexdigest()[:16]
-    # One folder per version of the API and user, made once: a new one is filled, then renamed
-    # into place, so that processes starting together never see half of one.
-    cache = os.path.join(tempfile.gettempdir(), f"transpose_stubs_{os.getuid()}_{version}")
-    if not os.path.isdir(cache):
-        _generate_stubs(proto, cache)
-    sys.path.insert(0, cache)
+    sys.path.insert(0, _stub_folder())
     from transpose.v1 import transpose_pb2, transpose_pb2_grpc
     return transpose_pb2, transpose_pb2_grpc
+
+
+def _stub_folder():
+    """A folder with the stubs of this version of the API for this grpcio and protobuf: cached in
+    a folder of this user's alone under the temporary folder, or made for this process only where
+    that folder is not theirs alone (it goes first on sys.path, so another user who could write
+    there could run code in this process)."""
+    proto = os.path.join("transpose", "v1", "transpose.proto")
+    with open(os.path.join(_PROTO_ROOT, proto), "rb") as f:
+        key = hashlib.sha256(f.read())
+    key.update(f"grpcio {grpc.__version__} protobuf {google.protobuf.__version__}".encode())
+    parent = os.path.join(tempfile.gettempdir(), f"transpose_stubs_{os.getuid()}")
+    try:
+        os.mkdir(parent, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        parent = None
+    if parent is not None and _writable_by_this_user_alone(parent):
+        # One folder per key, made once: a new one is filled, then renamed into place, so that
+        # processes starting together never see half of one.
+        cache = os.path.join(parent, key.hexdigest()[:16])
+        if not os.path.isdir(cache):
+            _generate_stubs(proto, cache)
+        return cache
+    warnings.warn(f"{parent or tempfile.gettempdir()} is not this user's alone: the gRPC stubs "
+                  "are generated for this process only")
+    private = tempfile.mkdtemp(prefix="transpose_stubs_")
+    atexit.register(shutil.rmtree, private, True)
+    _generate_stubs(proto, os.path.join(private, "stubs"))
+    return os.path.join(private, "stubs")
+
+
+def _writable_by_this_user_alone(path):
+    info = os.lstat(path)
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def _generate_stubs(proto, cache):
@@ -134,8 +167,16 @@ class Client:
             # gRPC's default limit of 4 MiB would refuse a larger server setting.
             ("grpc.max_receive_message_length", -1),
             ("grpc.max_send_message_length", -1),
-            # The server takes a client ping at most every 5 s.
+            # The server takes a client ping at most every 5 s. Pings go on while a call waits
+            # for its result with no data flowing (gRPC's default stops after two).
             ("grpc.keepalive_time_ms", 30000),
+            ("grpc.http2.max_pings_without_data", 0),
+            # Calls spread over every address the target resolves to (the pods of a headless
+            # Service, say), as the C++ client's do; gRPC's default sends them all to one.
+            ("grpc.lb_policy_name", "round_robin"),
+            # gRPC's reconnection backoff grows to 2 minutes while a server is down; servers
+            # restart in seconds.
+            ("grpc.max_reconnect_backoff_ms", 5000),
         ]
         if root_certificates is not None:
             credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
@@ -143,6 +184,9 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(target, options)
         self._stub = pb_grpc.TransposeServiceStub(self._channel)
+        if token and not _sendable_token(token):
+            raise ValueError("the token holds a character that is not visible ASCII (a space, a "
+                             "line break, a control character or a non-ASCII byte)")
         # grpcio's token credentials refuse an insecure channel: plain metadata works on both.
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
         self._max_attempts = max(1, max_attempts)
@@ -339,20 +383,74 @@ def _retry_wait(error: grpc.RpcError, result_arrived: bool) -> Optional[float]:
     return None
 
 
+def _sendable_token(token: str) -> bool:
+    return token != "" and all("!" <= c <= "~" for c in token)
+
+
+def read_token_file(path: str) -> str:
+    """The one token of a token file (as the C++ CLI's --token_file reads it: one per line, blank
+    lines and the whitespace around each ignored). ValueError, quoting no token, for a file with
+    none, with several (a server's --auth_token_file may list two while one replaces the other;
+    a client sends one), or with one that cannot be sent."""
+    with open(path, encoding="ascii", errors="replace") as f:
+        lines = [(number, line.strip()) for number, line in enumerate(f, 1)]
+    tokens = [token for _, token in lines if token]
+    for number, token in lines:
+        if token and not _sendable_token(token):
+            raise ValueError(f"{path} line {number} holds a character that is not visible ASCII "
+                             "(a space, a control character or a non-ASCII byte): a token is one "
+                             "word per line")
+    if not tokens:
+        raise ValueError(f"{path} holds no token")
+    if len(tokens) > 1:
+        raise ValueError(f"{path} holds {len(tokens)} tokens; a client sends one (a server's "
+                         "--auth_token_file may list several)")
+    return tokens[0]
+
+
+def save_npy(path: str, array: np.ndarray):
+    """`array` as a .npy file at exactly `path`, which holds either the whole of it or what it
+    held before: written beside it, then renamed over it (with its mode, or 0666 less the
+    umask for a new file)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+    try:
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        with os.fdopen(descriptor, "wb") as f:
+            np.save(f, array)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("input", help="a .npy file holding a 2-D matrix or a 3-D batch")
     parser.add_argument("output", help="the .npy file to write the transpose to")
     parser.add_argument("--server", default="localhost:50051")
-    parser.add_argument("--token_file", help="a file holding the bearer token")
+    parser.add_argument("--token_file", help="a file holding the bearer token (one line)")
     parser.add_argument("--tls_ca", help="PEM roots: use TLS and trust these")
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds for the call")
     parser.add_argument("--attempts", type=int, default=4)
     args = parser.parse_args(argv)
-    token = None
-    if args.token_file:
-        with open(args.token_file) as f:
-            token = f.read().strip()
+    try:
+        return _run(args)
+    except (OSError, ValueError) as error:  # Bad files, arrays the API cannot carry.
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
+    token = read_token_file(args.token_file) if args.token_file else None
     roots = None
     if args.tls_ca:
         with open(args.tls_ca, "rb") as f:
@@ -365,7 +463,7 @@ def main(argv=None) -> int:
         except TransposeError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
-    np.save(args.output, result.array)
+    save_npy(args.output, result.array)
     stats = result.stats
     print(f"{args.input} {array.shape} -> {args.output} {result.array.shape}: "
           f"{stats.backend} {stats.algorithm}, kernel {stats.kernel_seconds * 1e3:.3f} ms, "
