@@ -158,6 +158,8 @@ class CudaBackend final : public Backend {
                        uint8_t* input, uint8_t* output, TransposeStats& stats);
   // Marks the device unhealthy after a sticky error.
   absl::Status Check(cudaError_t error, absl::string_view what);
+  // What calls get once the device is unhealthy.
+  absl::Status OutOfServiceError() const;
 
   const int device_;
   const CudaBackendOptions options_;
@@ -408,10 +410,16 @@ absl::Status CudaBackend::CanRun(const TransposeSpec& spec) const {
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::OutOfServiceError() const {
+  return absl::UnavailableError(absl::StrCat(
+      info_.name,
+      " is out of service after a fault (until the server restarts)"));
+}
+
 absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
     const TransposeSpec& spec, uint64_t bytes) {
   if (!healthy()) {
-    return absl::UnavailableError(absl::StrCat(info_.name, " is unhealthy"));
+    return OutOfServiceError();
   }
   TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer host, pinned_.Acquire(bytes));
   BufferPool::Buffer mapped_output;
@@ -488,7 +496,7 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
                                   uint8_t* input, uint8_t* output,
                                   TransposeStats& stats) {
   if (!healthy()) {
-    return absl::UnavailableError(absl::StrCat(info_.name, " is unhealthy"));
+    return OutOfServiceError();
   }
   Slot& slot = AcquireSlot();
   cudaStream_t stream = slot.stream;

@@ -117,7 +117,9 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> Engine::CreateJob(
   const size_t start = next_.fetch_add(1, std::memory_order_relaxed) % n;
   size_t best = n;
   int best_load = std::numeric_limits<int>::max();
-  absl::Status why_not = absl::UnavailableError("no healthy backend");
+  absl::Status why_not = absl::UnavailableError(
+      "no backend of this server is in service (a device fault takes one out "
+      "until the server restarts)");
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
     const Backend& backend = *backends_[i];

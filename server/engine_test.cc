@@ -90,8 +90,11 @@ TEST(EngineTest, SkipsUnhealthyBackends) {
   EXPECT_TRUE(fakes.engine->healthy());
   fakes.backends[1]->is_healthy = false;
   EXPECT_FALSE(fakes.engine->healthy());
-  EXPECT_EQ(fakes.engine->CreateJob(kSpec).status().code(),
-            absl::StatusCode::kUnavailable);
+  const absl::Status status = fakes.engine->CreateJob(kSpec).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  // What the runbook tells operators to look for.
+  EXPECT_THAT(status.message(),
+              HasSubstr("no backend of this server is in service"));
 }
 
 TEST(EngineTest, SaysWhyNoBackendCanRunASpec) {

@@ -173,12 +173,48 @@ class DeployTest(unittest.TestCase):
         self.assertEqual(rest.strip(), "case $? in 0|3) ;; *) exit 1; esac", where)
         return shlex.split(cli), rest
 
+    def check_runbooks_look_at_the_server(self, port, secrets, tls):
+        """The runbook's commands for a look at the server itself, run as written (kubectl's
+        port-forward aside, and the Secrets' data taken from the files in `secrets`) against a
+        server on `port` with the deployment's token file, and TLS where `tls`."""
+        with open(os.path.join(ARGS.repo, "deploy/RUNBOOK.md")) as f:
+            bullet = re.search(r"^- \*\*The server itself\*\*.*?(?=\n\S|\Z)", f.read(),
+                               re.M | re.S).group(0)
+        commands = re.findall(r"`([^`]+)`", bullet)
+        fetches = [c for c in commands if c.startswith("kubectl") and " get secret " in c]
+        clis = [shlex.split(c) for c in commands if c.startswith("transpose ")]
+        tls_flags = re.findall(r"add `(--tls\w*=\S+)`", bullet)
+        self.assertEqual(len(fetches), 2, bullet)
+        self.assertEqual(len(clis), 2, bullet)
+        self.assertTrue(tls_flags, bullet)
+        with tempfile.TemporaryDirectory() as here:
+            for fetch in fetches:
+                secret = re.search(r" get secret (\S+)", fetch).group(1)
+                key = re.search(r"\{\.data\.(.+?)\}", fetch).group(1).replace("\\.", ".")
+                if secret == "transpose-tls" and not tls:
+                    continue
+                data = subprocess.run(["base64", "-w0", os.path.join(secrets, key)],
+                                      capture_output=True, check=True).stdout
+                # As kubectl prints a Secret's field: base64, with no line break.
+                made = subprocess.run(["sh", "-c", "cat" + fetch[fetch.index(" | "):]],
+                                      input=data, cwd=here, capture_output=True)
+                self.assertEqual(made.returncode, 0, f"{fetch}: {made.stderr}")
+            for cli in clis:
+                argv = [os.path.abspath(ARGS.cli)] + [
+                    re.sub(r"^--server=(.*):50051$", r"--server=\1:" + port, a) for a in cli[1:]]
+                if tls:
+                    argv[1:1] = tls_flags
+                run = subprocess.run(argv, cwd=here, capture_output=True, text=True, timeout=30)
+                self.assertEqual(run.returncode, 0, f"{shlex.join(cli)}: {run.stderr}")
+                self.assertTrue(run.stdout, shlex.join(cli))
+
     def test_a_tls_overlay_serves_its_certificate_to_its_probes(self):
         """Where an overlay serves TLS: the certificate and key come from a mounted Secret that a
         cert-manager Certificate of the overlay fills, for names that include the address the
         probes ask; and the probes' own commands, run against the real server with such files:
         readiness passes, and fails against a plaintext server; liveness passes against both,
-        and both fail while the server hangs and once it answers NOT_SERVING."""
+        and both fail while the server hangs and once it answers NOT_SERVING. The runbook's look
+        at the server itself works on both, with TLS as it says."""
         overlays = [n for n, d in self.objects("Deployment")
                     if "tls_cert" in flag_uses(d["spec"]["template"]["spec"]["containers"][0]["args"])]
         self.assertTrue(overlays, "no overlay serves TLS")
@@ -221,9 +257,10 @@ class DeployTest(unittest.TestCase):
                 made = subprocess.run(["bash", "-c", script], cwd=tmp, capture_output=True,
                                       text=True)
                 self.assertEqual(made.returncode, 0, made.stderr)
-                # The token file too: the probes meet the server's access checks, as in the pod.
+                # The token file too, mid-rotation: the probes meet the server's access checks,
+                # as in the pod.
                 with open(os.path.join(tmp, "tokens"), "w") as f:
-                    f.write("probe-test-token\n")
+                    f.write("probe-test-token\nnext-probe-test-token\n")
                 local = lambda arg, files=tmp: re.sub(
                     r"/etc/transpose/(tls|auth)/(\w+)",
                     lambda m: os.path.join(files if m.group(1) == "tls" else tmp, m.group(2)),
@@ -270,9 +307,12 @@ class DeployTest(unittest.TestCase):
                         line = server.stdout.readline()
                         self.assertTrue(line.startswith("listening on "), line)
                         port = line.strip().rsplit(":", 1)[1]
+                        if served == "plaintext":
+                            self.check_runbooks_look_at_the_server(port, tmp, tls=False)
                         if served != "tls":
                             no_answer(port, files)
                             continue
+                        self.check_runbooks_look_at_the_server(port, tmp, tls=True)
                         probes_give(port, 0, 0, ready=True)
                         # Another CA's roots: no answer either.
                         no_answer(port, os.path.join(tmp, "other"))

@@ -40,6 +40,7 @@
 namespace transpose {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ServerLog;
@@ -1798,8 +1799,16 @@ TEST_F(ReliabilityTest, AStickyGpuFaultTakesTheDeviceOutOfService) {
   }
   EXPECT_GE(faults, devices);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  // The last faulting device's own refusal, or the engine's once none is
+  // left: the texts the runbook quotes.
+  EXPECT_THAT(status.message(),
+              AnyOf(HasSubstr("is out of service after a fault"),
+                    HasSubstr("no backend of this server is in service")));
   EXPECT_FALSE(serving_after_a_health_check());
-  EXPECT_EQ(Transpose(*client, 64, 64).code(), absl::StatusCode::kUnavailable);
+  const absl::Status after = Transpose(*client, 64, 64);
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(after.message(),
+              HasSubstr("no backend of this server is in service"));
   // Each device's gauge says it is out of service, one by one as they fault.
   for (int device = 0; device < devices; ++device) {
     EXPECT_EQ(device_healthy(device), 0.0) << "cuda:" << device;
