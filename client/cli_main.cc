@@ -623,21 +623,35 @@ int RunInfo() {
   const v1::Limits& limits = info->limits();
   std::printf(
       "limits: unary message %.1f MiB, streamed matrix %.1f MiB, response "
-      "chunk %.1f MiB\n",
+      "chunk %.1f MiB, %s\n",
       limits.max_message_bytes() / 1048576.0,
       limits.max_matrix_bytes() / 1048576.0,
-      limits.response_chunk_bytes() / 1048576.0);
+      limits.response_chunk_bytes() / 1048576.0,
+      limits.stream_idle_seconds() == 0
+          ? "no stream idle timeout"
+          : absl::StrFormat("stream idle timeout %g s",
+                            limits.stream_idle_seconds())
+                .c_str());
   // Past these, requests are refused busy (RESOURCE_EXHAUSTED) until others
   // finish.
+  const auto admission = [](uint64_t bytes, uint32_t requests) {
+    return absl::StrCat(
+        bytes == 0 ? "no limit on bytes"
+                   : absl::StrFormat("%.1f MiB of matrices", bytes / 1048576.0),
+        " and ",
+        requests == 0 ? "no limit on requests"
+                      : absl::StrCat(requests, " requests"));
+  };
   std::printf(
-      "admission: %s of matrices and %s at once\n",
-      limits.max_inflight_bytes() == 0
-          ? "no limit on bytes"
-          : absl::StrFormat("%.1f MiB", limits.max_inflight_bytes() / 1048576.0)
-                .c_str(),
-      limits.max_inflight_requests() == 0
-          ? "no limit on requests"
-          : absl::StrCat(limits.max_inflight_requests(), " requests").c_str());
+      "admission: %s at once; each client host: %s\n",
+      admission(limits.max_inflight_bytes(), limits.max_inflight_requests())
+          .c_str(),
+      limits.max_inflight_bytes_per_peer() == 0 &&
+              limits.max_inflight_requests_per_peer() == 0
+          ? "no share of its own"
+          : admission(limits.max_inflight_bytes_per_peer(),
+                      limits.max_inflight_requests_per_peer())
+                .c_str());
   return 0;
 }
 

@@ -700,6 +700,12 @@ grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
   limits.set_response_chunk_bytes(options_.response_chunk_bytes);
   limits.set_max_inflight_bytes(engine_.options().max_inflight_bytes);
   limits.set_max_inflight_requests(engine_.options().max_inflight_requests);
+  limits.set_max_inflight_bytes_per_peer(
+      engine_.options().max_inflight_bytes_per_caller);
+  limits.set_max_inflight_requests_per_peer(
+      engine_.options().max_inflight_requests_per_caller);
+  limits.set_stream_idle_seconds(
+      absl::ToDoubleSeconds(options_.stream_idle_timeout));
   reactor->Finish(scope.Finish(absl::OkStatus()));
   return reactor;
 }

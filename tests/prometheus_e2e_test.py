@@ -73,6 +73,9 @@ class ObservabilityTest(unittest.TestCase):
     PODS = ("pod-a", "pod-b")
     LIMIT_BYTES = 6 << 30
     LIMIT_REQUESTS = 100
+    # Each client host's share (the tests here stay far below it).
+    LIMIT_BYTES_PER_PEER = 5 << 30
+    LIMIT_REQUESTS_PER_PEER = 90
 
     @classmethod
     def setUpClass(cls):
@@ -82,7 +85,10 @@ class ObservabilityTest(unittest.TestCase):
             [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0",
              "--metrics_address=127.0.0.1:0", "--log_level=warning",
              f"--max_inflight_bytes={cls.LIMIT_BYTES}",
-             f"--max_inflight_requests={cls.LIMIT_REQUESTS}"],
+             f"--max_inflight_requests={cls.LIMIT_REQUESTS}",
+             f"--max_inflight_bytes_per_peer={cls.LIMIT_BYTES_PER_PEER}",
+             f"--max_inflight_requests_per_peer={cls.LIMIT_REQUESTS_PER_PEER}",
+             "--stream_idle_seconds=75"],
             stdout=subprocess.PIPE, stderr=cls.server_log, text=True)
         ports = {}
         while len(ports) < 2:
@@ -278,10 +284,13 @@ class ObservabilityTest(unittest.TestCase):
             self.assertIn("UNIMPLEMENTED", line)
             self.assertIn("naive", line)
 
-    def test_info_shows_the_admission_limits(self):
+    def test_info_shows_the_limits(self):
         info = self.cli("info").stdout
         self.assertIn(f"admission: {self.LIMIT_BYTES / 1048576:.1f} MiB of matrices and "
-                      f"{self.LIMIT_REQUESTS} requests at once\n", info)
+                      f"{self.LIMIT_REQUESTS} requests at once; each client host: "
+                      f"{self.LIMIT_BYTES_PER_PEER / 1048576:.1f} MiB of matrices and "
+                      f"{self.LIMIT_REQUESTS_PER_PEER} requests\n", info)
+        self.assertRegex(info, r"\nlimits: .*, stream idle timeout 75 s\n")
 
     def test_grpc_log_lines_come_in_the_servers_format(self):
         # A second server on this one's port: gRPC logs why it cannot bind, then the server

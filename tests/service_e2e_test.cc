@@ -49,6 +49,9 @@ constexpr uint64_t kMatrixLimit = 64 << 20;
 // Near the defaults, which the tests here stay far below.
 constexpr uint64_t kInflightBytesLimit = uint64_t{7} << 30;
 constexpr int kInflightRequestsLimit = 250;
+constexpr uint64_t kInflightBytesPerPeer = uint64_t{6} << 30;
+constexpr int kInflightRequestsPerPeer = 240;
+constexpr double kStreamIdleSeconds = 100.5;
 
 class ServiceTest : public ::testing::Test {
  protected:
@@ -58,7 +61,12 @@ class ServiceTest : public ::testing::Test {
             {absl::StrCat("--max_message_bytes=", kUnaryLimit),
              absl::StrCat("--max_matrix_bytes=", kMatrixLimit),
              absl::StrCat("--max_inflight_bytes=", kInflightBytesLimit),
-             absl::StrCat("--max_inflight_requests=", kInflightRequestsLimit)});
+             absl::StrCat("--max_inflight_requests=", kInflightRequestsLimit),
+             absl::StrCat("--max_inflight_bytes_per_peer=",
+                          kInflightBytesPerPeer),
+             absl::StrCat("--max_inflight_requests_per_peer=",
+                          kInflightRequestsPerPeer),
+             absl::StrCat("--stream_idle_seconds=", kStreamIdleSeconds)});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
     ClientOptions options;
@@ -621,6 +629,11 @@ TEST_F(ServiceTest, GetServerInfoReportsBackendsAndLimits) {
   EXPECT_EQ(info->limits().max_matrix_bytes(), kMatrixLimit);
   EXPECT_EQ(info->limits().max_inflight_bytes(), kInflightBytesLimit);
   EXPECT_EQ(info->limits().max_inflight_requests(), kInflightRequestsLimit);
+  EXPECT_EQ(info->limits().max_inflight_bytes_per_peer(),
+            kInflightBytesPerPeer);
+  EXPECT_EQ(info->limits().max_inflight_requests_per_peer(),
+            kInflightRequestsPerPeer);
+  EXPECT_EQ(info->limits().stream_idle_seconds(), kStreamIdleSeconds);
 }
 
 TEST_F(ServiceTest, HealthAnswers) {
