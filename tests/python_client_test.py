@@ -99,6 +99,22 @@ class PythonClientTest(unittest.TestCase):
                     self.assertEqual(result.stats.backend, "cpu")
                     self.assertEqual(result.attempts, 1)
 
+    def test_bfloat16_goes_as_two_byte_void_as_in_the_cpp_clis_npy_files(self):
+        array = random_array(np.dtype("V2"), (3, 40, 27), np.random.default_rng(8))
+        result = self.client.transpose(array)
+        self.assertSameBytes(result.array, expected(array))
+        # Structured 2-byte types are not bfloat16.
+        with self.assertRaises(ValueError):
+            self.client.transpose(np.zeros((2, 2), [("a", "u1"), ("b", "u1")]))
+        with tempfile.TemporaryDirectory() as tmp:
+            source, target = os.path.join(tmp, "a.npy"), os.path.join(tmp, "b.npy")
+            np.save(source, array)
+            run = subprocess.run(
+                [sys.executable, ARGS.client, f"--server={self.target}", source, target],
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertSameBytes(np.load(target), expected(array))
+
     def test_a_matrix_of_many_chunks_each_way_reports_its_progress(self):
         array = random_array(np.float64, (1000, 700), np.random.default_rng(1))  # 5.3 MiB.
         progress = []

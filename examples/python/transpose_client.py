@@ -118,7 +118,8 @@ def _generate_stubs(proto, cache):
 
 pb, pb_grpc = _load_stubs()
 
-# The API's data types by NumPy's (bfloat16 has no NumPy type of its own).
+# The API's data types by NumPy's (and bfloat16, which has no NumPy type of its own, as 2-byte
+# void: see _wire_type).
 DATA_TYPES = {
     np.dtype(np.float32): pb.DATA_TYPE_FLOAT32, np.dtype(np.float64): pb.DATA_TYPE_FLOAT64,
     np.dtype(np.float16): pb.DATA_TYPE_FLOAT16, np.dtype(np.int8): pb.DATA_TYPE_INT8,
@@ -215,15 +216,12 @@ class Client:
         if array.ndim not in (2, 3) or array.size == 0:
             raise ValueError("expected a 2-D matrix or a 3-D batch with no side of length 0, "
                              f"got shape {array.shape}")
-        # The wire is little-endian, whatever this host is.
-        wire = array.dtype.newbyteorder("<")
-        if wire.newbyteorder("=") not in DATA_TYPES:
-            raise ValueError(f"dtype {array.dtype} is not one the service takes")
+        wire, data_type = _wire_type(array.dtype)
         data = np.ascontiguousarray(array, dtype=wire)
         batch, rows, cols = (1,) * (3 - data.ndim) + data.shape
         out_shape = data.shape[:-2] + (cols, rows)
         header = pb.TransposeRequest(
-            dtype=DATA_TYPES[wire.newbyteorder("=")], algorithm=algorithm,
+            dtype=data_type, algorithm=algorithm,
             shape=pb.MatrixShape(batch=batch, rows=rows, cols=cols))
         # The same id for every attempt, so that the server's log lines of a failure name it.
         request_id = "%016x" % random.getrandbits(64)
@@ -250,6 +248,19 @@ class Client:
                 time.sleep(wait)
                 backoff = min(2 * backoff, 2.0)
         raise AssertionError("unreachable")
+
+
+def _wire_type(dtype: np.dtype):
+    """The dtype an array of `dtype` goes over the wire as, and the API's data type for it."""
+    # bfloat16, which NumPy lacks: ml_dtypes' type, or 2-byte void as .npy files hold it (the C++
+    # CLI reads and writes those so). Its bytes go as they are.
+    if dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None:
+        return dtype, pb.DATA_TYPE_BFLOAT16
+    # The wire is little-endian, whatever this host is.
+    wire = dtype.newbyteorder("<")
+    if wire.newbyteorder("=") not in DATA_TYPES:
+        raise ValueError(f"dtype {dtype} is not one the service takes")
+    return wire, DATA_TYPES[wire.newbyteorder("=")]
 
 
 class _AttemptFailed(Exception):
