@@ -273,55 +273,86 @@ class PythonClientTest(unittest.TestCase):
 
     def test_calls_spread_over_every_address_of_the_target(self):
         servers = [start_server(metrics=True) for _ in range(3)]
+        served = lambda: [
+            metric(url, 'transpose_requests_total{code="OK",method="TransposeStream"}')
+            for _, _, url in servers]
         try:
             target = "ipv4:" + ",".join(address for _, address, _ in servers)
             array = np.arange(16 * 24, dtype=np.float32).reshape(16, 24)
             with transpose_client.Client(target) as client:
+                # round_robin takes the connections that are up; the first calls may come
+                # before all three are.
+                for _ in range(200):
+                    np.testing.assert_array_equal(client.transpose(array).array, array.T)
+                    if min(served()) > 0:
+                        break
+                before = served()
+                self.assertGreater(min(before), 0, before)
                 for _ in range(30):
                     np.testing.assert_array_equal(client.transpose(array).array, array.T)
-            served = [metric(url, 'transpose_requests_total{code="OK",method="TransposeStream"}')
-                      for _, _, url in servers]
-            self.assertEqual(sum(served), 30)
-            for count in served:
-                self.assertGreaterEqual(count, 5, served)
+            after = served()
+            self.assertEqual(sum(after) - sum(before), 30)
+            for earlier, later in zip(before, after):
+                self.assertGreaterEqual(later - earlier, 8, (before, after))
         finally:
             for server, _, _ in servers:
                 stop_server(server)
 
-    def test_a_stub_cache_that_another_user_could_write_to_is_not_used(self):
+    def test_stubs_are_cached_only_where_no_other_user_could_change_them(self):
+        def import_client(cache_home):
+            """The client imported in a new process with this cache folder: what it said, and
+            its stubs' folder."""
+            run = subprocess.run(
+                [sys.executable, "-c",
+                 "import transpose_client as t; print(t.pb.ServerInfo.DESCRIPTOR.full_name); "
+                 "print(t.pb.__file__)"],
+                env=dict(os.environ, PYTHONPATH=os.path.dirname(ARGS.client),
+                         XDG_CACHE_HOME=cache_home),
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            name, stubs = run.stdout.split()
+            self.assertEqual(name, "transpose.v1.ServerInfo")
+            return run.stderr, os.path.dirname(os.path.dirname(os.path.dirname(stubs)))
+
         with tempfile.TemporaryDirectory() as tmp:
-            # What another user could leave where the stubs would be cached: a folder anyone
-            # may write to, holding modules with the stubs' names for every possible key.
-            shared = os.path.join(tmp, f"transpose_stubs_{os.getuid()}")
-            os.mkdir(shared)
-            os.chmod(shared, 0o777)
+            # Cached, and found there again.
+            warned, cache = import_client(os.path.join(tmp, "own"))
+            self.assertEqual(warned, "")
+            self.assertEqual(os.path.dirname(cache), os.path.join(tmp, "own", "transpose-stubs"))
+            self.assertEqual(import_client(os.path.join(tmp, "own")), ("", cache))
+            key = os.path.basename(cache)
+
+            # What another user could leave where the stubs would be cached: modules with the
+            # stubs' names, in a cache folder anyone may write to, or in a key folder anyone may
+            # write to, or behind a link to a folder of theirs.
             marker = os.path.join(tmp, "ran")
-            planted = os.path.join(shared, "{}", "transpose", "v1")
-            # The key is a hash; the client's own function names the folder it would use.
-            key = subprocess.run(
-                [sys.executable, "-c",
-                 "import os, tempfile, transpose_client as t; print(os.path.basename("
-                 "os.path.dirname(os.path.dirname(os.path.dirname(t.pb.__file__)))))"],
-                env=dict(os.environ, PYTHONPATH=os.path.dirname(ARGS.client)),
-                capture_output=True, text=True, timeout=120)
-            self.assertEqual(key.returncode, 0, key.stderr)
-            self.assertNotEqual(key.stdout.strip(), "")
-            folder = planted.format(key.stdout.strip())
-            os.makedirs(folder)
-            for module in ("__init__.py", "transpose_pb2.py", "transpose_pb2_grpc.py"):
-                with open(os.path.join(folder, module), "w") as f:
-                    f.write(f"open({marker!r}, 'w').close()\n")
-            for package in (os.path.dirname(folder), os.path.dirname(os.path.dirname(folder))):
-                open(os.path.join(package, "__init__.py"), "w").close()
-            loaded = subprocess.run(
-                [sys.executable, "-c",
-                 "import transpose_client as t; print(t.pb.ServerInfo.DESCRIPTOR.full_name)"],
-                env=dict(os.environ, PYTHONPATH=os.path.dirname(ARGS.client), TMPDIR=tmp),
-                capture_output=True, text=True, timeout=120)
-            self.assertEqual(loaded.returncode, 0, loaded.stderr)
-            self.assertEqual(loaded.stdout.strip(), "transpose.v1.ServerInfo")
-            self.assertIn("not this user's alone", loaded.stderr)
-            self.assertFalse(os.path.exists(marker))
+
+            def plant(folder):
+                modules = os.path.join(folder, "transpose", "v1")
+                os.makedirs(modules)
+                for module in ("__init__.py", "transpose_pb2.py", "transpose_pb2_grpc.py"):
+                    with open(os.path.join(modules, module), "w") as f:
+                        f.write(f"open({marker!r}, 'w').close()\n")
+                open(os.path.join(folder, "transpose", "__init__.py"), "w").close()
+
+            shared = os.path.join(tmp, "shared", "transpose-stubs")
+            os.makedirs(shared)
+            os.chmod(shared, 0o777)
+            plant(os.path.join(shared, key))
+            open_key = os.path.join(tmp, "open-key", "transpose-stubs", key)
+            plant(open_key)
+            os.chmod(open_key, 0o777)
+            linked = os.path.join(tmp, "linked", "transpose-stubs")
+            os.makedirs(linked, 0o700)
+            plant(os.path.join(tmp, "theirs"))
+            os.symlink(os.path.join(tmp, "theirs"), os.path.join(linked, key))
+            for home in ("shared", "open-key", "linked"):
+                with self.subTest(home=home):
+                    warned, stubs = import_client(os.path.join(tmp, home))
+                    self.assertIn("is not this user's alone", warned)
+                    self.assertFalse(stubs.startswith(tmp), stubs)
+                    self.assertFalse(os.path.exists(marker))
+                    self.assertFalse(os.path.exists(stubs), "the private stubs outlived it")
 
     def test_the_command_line(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -381,10 +412,40 @@ class PythonClientTest(unittest.TestCase):
             run = cli(f"--token_file={tokens}", source, target)
             refused(run, "line 1 holds a character that is not visible ASCII")
             self.assertNotIn("secret", run.stderr)
+            # Read as the server and the C++ CLI read it: lines end at "\n" alone, and a control
+            # character is not whitespace.
+            for contents in ("tok\x1f\n", "first-secret\rsecond-secret\n"):
+                with open(tokens, "w", newline="") as f:
+                    f.write(contents)
+                run = cli(f"--token_file={tokens}", source, target)
+                refused(run, "line 1 holds a character that is not visible ASCII")
+                self.assertNotIn("secret", run.stderr)
+            # A folder is refused before the call, not after it.
+            refused(cli(source, tmp), "a directory, not a file")
             # The failed runs left the earlier result whole.
             self.assertSameBytes(np.load(target), expected(array))
             self.assertEqual(sorted(os.listdir(tmp)),
                              ["a.npy", "result", "tokens", "vector.npy"])
+
+            # A link stays a link, and what it points to gets the result; a file keeps its
+            # mode, and a new one gets the umask's.
+            os.chmod(target, 0o600)
+            os.symlink(target, os.path.join(tmp, "link"))
+            other = random_array(np.int16, (4, 3), np.random.default_rng(7))
+            np.save(source, other)
+            run = cli(source, os.path.join(tmp, "link"))
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertTrue(os.path.islink(os.path.join(tmp, "link")))
+            self.assertSameBytes(np.load(target), expected(other))
+            self.assertEqual(os.stat(target).st_mode & 0o777, 0o600)
+            fresh = os.path.join(tmp, "fresh")
+            run = subprocess.run([sys.executable, ARGS.client, f"--server={self.target}", source,
+                                  fresh], capture_output=True, text=True, timeout=120,
+                                 preexec_fn=lambda: os.umask(0o027))
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertEqual(os.stat(fresh).st_mode & 0o777, 0o640)
+            self.assertEqual(sorted(os.listdir(tmp)),
+                             ["a.npy", "fresh", "link", "result", "tokens", "vector.npy"])
 
 
 def main():

@@ -19,8 +19,8 @@ a transport quota's reset, UNAVAILABLE, a CANCELLED the client did not cause.
 
 Needs Debian's python3-grpcio, python3-protobuf and python3-numpy. The gRPC stubs are generated
 from proto/transpose/v1/transpose.proto at first use (protoc with Debian's grpc_python_plugin, from
-protobuf-compiler-grpc, or grpcio-tools where pip installed it) into a cache folder of this user's
-alone under the system's temporary folder; to ship them instead, run once
+protobuf-compiler-grpc, or grpcio-tools where pip installed it) into a cache folder under
+$XDG_CACHE_HOME (~/.cache) that only this user can change; to ship them instead, run once
 
     protoc -I proto --python_out=OUT --grpc_out=OUT \\
         --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin proto/transpose/v1/transpose.proto
@@ -31,7 +31,10 @@ import argparse
 import atexit
 import hashlib
 import os
+import errno
+import fcntl
 import random
+import re
 import shutil
 import stat
 import subprocess
@@ -55,46 +58,65 @@ def _load_stubs():
         return transpose_pb2, transpose_pb2_grpc
     except ImportError:
         pass
-    sys.path.insert(0, _stub_folder())
-    from transpose.v1 import transpose_pb2, transpose_pb2_grpc
+    folder = _stub_folder()
+    sys.path.insert(0, folder)
+    try:
+        from transpose.v1 import transpose_pb2, transpose_pb2_grpc
+    except ImportError as error:
+        raise ImportError(f"the gRPC stubs in {folder} do not import ({error}); remove that "
+                          "folder to have them generated again") from error
     return transpose_pb2, transpose_pb2_grpc
 
 
 def _stub_folder():
-    """A folder with the stubs of this version of the API for this grpcio and protobuf: cached in
-    a folder of this user's alone under the temporary folder, or made for this process only where
-    that folder is not theirs alone (it goes first on sys.path, so another user who could write
-    there could run code in this process)."""
+    """A folder with the stubs of this version of the API for this grpcio and protobuf: cached
+    under $XDG_CACHE_HOME (~/.cache), or made for this process alone where that folder or what
+    it holds could be changed by another user (it goes first on sys.path: they could run code in
+    this process)."""
     proto = os.path.join("transpose", "v1", "transpose.proto")
     with open(os.path.join(_PROTO_ROOT, proto), "rb") as f:
         key = hashlib.sha256(f.read())
     key.update(f"grpcio {grpc.__version__} protobuf {google.protobuf.__version__}".encode())
-    parent = os.path.join(tempfile.gettempdir(), f"transpose_stubs_{os.getuid()}")
+    root = os.path.join(os.environ.get("XDG_CACHE_HOME")
+                        or os.path.join(os.path.expanduser("~"), ".cache"), "transpose-stubs")
     try:
-        os.mkdir(parent, 0o700)
-    except FileExistsError:
-        pass
+        os.makedirs(root, 0o700, exist_ok=True)
+        root = os.path.realpath(root)
+        cache = os.path.join(root, key.hexdigest()[:16])
+        if _this_users_alone(root, ancestors=True):
+            # Made once: a new folder is filled, then renamed into place, so that processes
+            # starting together never see half of one.
+            if not os.path.lexists(cache):
+                _generate_stubs(proto, cache)
+            if _this_users_alone(cache) and all(
+                    _this_users_alone(os.path.join(folder, name))
+                    for folder, folders, files in os.walk(cache) for name in folders + files):
+                return cache
     except OSError:
-        parent = None
-    if parent is not None and _writable_by_this_user_alone(parent):
-        # One folder per key, made once: a new one is filled, then renamed into place, so that
-        # processes starting together never see half of one.
-        cache = os.path.join(parent, key.hexdigest()[:16])
-        if not os.path.isdir(cache):
-            _generate_stubs(proto, cache)
-        return cache
-    warnings.warn(f"{parent or tempfile.gettempdir()} is not this user's alone: the gRPC stubs "
-                  "are generated for this process only")
+        pass
+    warnings.warn(f"{root} is not this user's alone: the gRPC stubs are generated for this "
+                  "process only")
     private = tempfile.mkdtemp(prefix="transpose_stubs_")
     atexit.register(shutil.rmtree, private, True)
     _generate_stubs(proto, os.path.join(private, "stubs"))
     return os.path.join(private, "stubs")
 
 
-def _writable_by_this_user_alone(path):
+def _this_users_alone(path, ancestors=False):
+    """Whether only this user (and root) can change `path`, not a symbolic link; with
+    `ancestors`, nor rename it away: each folder above is root's or this user's, and others
+    cannot write to it or it is sticky (as /tmp)."""
     info = os.lstat(path)
-    return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    if (stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+        return False
+    while ancestors and path != os.path.dirname(path):
+        path = os.path.dirname(path)
+        info = os.stat(path)
+        if (info.st_uid not in (0, os.getuid()) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                and not info.st_mode & stat.S_ISVTX):
+            return False
+    return True
 
 
 def _generate_stubs(proto, cache):
@@ -110,6 +132,10 @@ def _generate_stubs(proto, cache):
         shutil.rmtree(out, ignore_errors=True)
         raise ImportError("could not generate the gRPC stubs (install protobuf-compiler-grpc, "
                           f"or pip's grpcio-tools): {made.stderr.strip()}")
+    for folder, folders, files in os.walk(out):  # Whatever the umask: this user's alone.
+        for name in folders + files:
+            path = os.path.join(folder, name)
+            os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o022)
     try:
         os.rename(out, cache)
     except OSError:  # Another process got there first.
@@ -163,6 +189,9 @@ class Client:
     def __init__(self, target: str, token: Optional[str] = None,
                  root_certificates: Optional[bytes] = None, max_attempts: int = 4,
                  timeout: float = 600.0):
+        if token and not _sendable_token(token):
+            raise ValueError("the token holds a character that is not visible ASCII (a space, a "
+                             "line break, a control character or a non-ASCII byte)")
         options = [
             # Responses come in chunks of the server's response_chunk_bytes (1 MiB by default);
             # gRPC's default limit of 4 MiB would refuse a larger server setting.
@@ -185,9 +214,6 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(target, options)
         self._stub = pb_grpc.TransposeServiceStub(self._channel)
-        if token and not _sendable_token(token):
-            raise ValueError("the token holds a character that is not visible ASCII (a space, a "
-                             "line break, a control character or a non-ASCII byte)")
         # grpcio's token credentials refuse an insecure channel: plain metadata works on both.
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
         self._max_attempts = max(1, max_attempts)
@@ -403,14 +429,16 @@ def read_token_file(path: str) -> str:
     lines and the whitespace around each ignored). ValueError, quoting no token, for a file with
     none, with several (a server's --auth_token_file may list two while one replaces the other;
     a client sends one), or with one that cannot be sent."""
-    with open(path, encoding="ascii", errors="replace") as f:
-        lines = [(number, line.strip()) for number, line in enumerate(f, 1)]
-    tokens = [token for _, token in lines if token]
+    with open(path, "rb") as f:
+        # Lines end at "\n" alone, and lose ASCII whitespace only, as ParseTokenFile's do.
+        lines = [(number, line.strip(b" \t\n\v\f\r"))
+                 for number, line in enumerate(f.read().split(b"\n"), 1)]
     for number, token in lines:
-        if token and not _sendable_token(token):
+        if token and not all(0x21 <= byte <= 0x7E for byte in token):
             raise ValueError(f"{path} line {number} holds a character that is not visible ASCII "
                              "(a space, a control character or a non-ASCII byte): a token is one "
                              "word per line")
+    tokens = [token.decode("ascii") for _, token in lines if token]
     if not tokens:
         raise ValueError(f"{path} holds no token")
     if len(tokens) > 1:
@@ -419,28 +447,79 @@ def read_token_file(path: str) -> str:
     return tokens[0]
 
 
-def save_npy(path: str, array: np.ndarray):
-    """`array` as a .npy file at exactly `path`, which holds either the whole of it or what it
-    held before: written beside it, then renamed over it (with its mode, or 0666 less the
-    umask for a new file)."""
-    folder, name = os.path.split(os.path.abspath(path))
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-    try:
+class OutputFile:
+    """Where a result goes, by the C++ CLI's rules (server/core/files.h, FileWriter), checked
+    before the call: a regular file (new, replacing one, or what a symbolic link points to) is
+    written beside itself, flushed and renamed over, with the old file's mode (a new one gets the
+    umask's), so that it holds either the whole result or what it held before; anything else (a
+    pipe, a device) is written in place, as is a file whose folder cannot be written;
+    /dev/stdout, /dev/stderr, /dev/fd/N and /proc/self/fd/N go through that descriptor. OSError
+    for a folder, a file that cannot be written, and a descriptor open for reading only."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._descriptor = None
+        self._in_place = False
+        self._target = path
+        named = re.fullmatch(r"/dev/(stdout|stderr)|/(?:dev|proc/self)/fd/(\d+)", path)
+        if named:
+            self._descriptor = ({"stdout": 1, "stderr": 2}[named.group(1)] if named.group(1)
+                                else int(named.group(2)))
+            if fcntl.fcntl(self._descriptor, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+                raise PermissionError(errno.EBADF, "it is open for reading only", path)
+            return
+        if os.path.islink(path):
+            if not os.path.exists(path):  # A dangling link: opening it creates its target.
+                self._in_place = True
+                return
+            self._target = os.path.realpath(path)
         try:
-            mode = stat.S_IMODE(os.stat(path).st_mode)
+            info = os.stat(self._target)
         except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        with os.fdopen(descriptor, "wb") as f:
-            np.save(f, array)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+            info = None
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "a directory, not a file", path)
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            self._in_place = True
+        elif info is not None and not os.access(self._target, os.W_OK):
+            raise PermissionError(errno.EACCES, "cannot write", path)
+        elif not os.access(os.path.dirname(os.path.abspath(self._target)), os.W_OK | os.X_OK):
+            if info is None:
+                raise PermissionError(errno.EACCES, "cannot create a file in its folder", path)
+            self._in_place = True
+
+    def write_npy(self, array: np.ndarray):
+        if self._descriptor is not None:
+            with os.fdopen(self._descriptor, "wb", closefd=False) as f:
+                np.save(f, array)
+            return
+        if self._in_place:
+            with open(self._target, "wb") as f:
+                np.save(f, array)
+            return
+        # A name no other writer has (O_EXCL, never through a link); the kernel applies the
+        # umask to a new file's 0666.
+        while True:
+            temporary = f"{self._target}.partial-{random.getrandbits(32):08x}"
+            try:
+                descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+                break
+            except FileExistsError:
+                continue
+        try:
+            with os.fdopen(descriptor, "wb") as f:
+                np.save(f, array)
+                f.flush()
+                try:
+                    os.fchmod(f.fileno(), stat.S_IMODE(os.stat(self._target).st_mode))
+                except FileNotFoundError:
+                    pass
+                os.fsync(f.fileno())  # On disk before the rename.
+            os.rename(temporary, self._target)
+        except BaseException:
+            os.unlink(temporary)
+            raise
 
 
 def main(argv=None) -> int:
@@ -462,6 +541,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     token = read_token_file(args.token_file) if args.token_file else None
+    output = OutputFile(args.output)  # Refused now, not after the transfer.
     roots = None
     if args.tls_ca:
         with open(args.tls_ca, "rb") as f:
@@ -474,7 +554,7 @@ def _run(args) -> int:
         except TransposeError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
-    save_npy(args.output, result.array)
+    output.write_npy(result.array)
     stats = result.stats
     print(f"{args.input} {array.shape} -> {args.output} {result.array.shape}: "
           f"{stats.backend} {stats.algorithm}, kernel {stats.kernel_seconds * 1e3:.3f} ms, "
