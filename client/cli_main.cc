@@ -596,6 +596,38 @@ int RunTranspose() {
                StatsLine(result->stats));
 }
 
+// Servers that predate a limit's field leave it out.
+std::string StreamIdleTimeoutText(const v1::Limits& limits) {
+  if (!limits.has_stream_idle_seconds()) {
+    return "stream idle timeout not reported";
+  }
+  if (limits.stream_idle_seconds() == 0) return "no stream idle timeout";
+  return absl::StrFormat("stream idle timeout %g s",
+                         limits.stream_idle_seconds());
+}
+
+std::string AdmissionText(uint64_t bytes, uint32_t requests) {
+  return absl::StrCat(
+      bytes == 0 ? "no limit on bytes"
+                 : absl::StrFormat("%.1f MiB of matrices", bytes / 1048576.0),
+      " and ",
+      requests == 0 ? "no limit on requests"
+                    : absl::StrCat(requests, " requests"));
+}
+
+std::string PerPeerAdmissionText(const v1::Limits& limits) {
+  if (!limits.has_max_inflight_bytes_per_peer() ||
+      !limits.has_max_inflight_requests_per_peer()) {
+    return "not reported by this server";
+  }
+  if (limits.max_inflight_bytes_per_peer() == 0 &&
+      limits.max_inflight_requests_per_peer() == 0) {
+    return "no share of its own";
+  }
+  return AdmissionText(limits.max_inflight_bytes_per_peer(),
+                       limits.max_inflight_requests_per_peer());
+}
+
 int RunInfo() {
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return FailHere(client.status());
@@ -627,31 +659,14 @@ int RunInfo() {
       limits.max_message_bytes() / 1048576.0,
       limits.max_matrix_bytes() / 1048576.0,
       limits.response_chunk_bytes() / 1048576.0,
-      limits.stream_idle_seconds() == 0
-          ? "no stream idle timeout"
-          : absl::StrFormat("stream idle timeout %g s",
-                            limits.stream_idle_seconds())
-                .c_str());
+      StreamIdleTimeoutText(limits).c_str());
   // Past these, requests are refused busy (RESOURCE_EXHAUSTED) until others
   // finish.
-  const auto admission = [](uint64_t bytes, uint32_t requests) {
-    return absl::StrCat(
-        bytes == 0 ? "no limit on bytes"
-                   : absl::StrFormat("%.1f MiB of matrices", bytes / 1048576.0),
-        " and ",
-        requests == 0 ? "no limit on requests"
-                      : absl::StrCat(requests, " requests"));
-  };
   std::printf(
       "admission: %s at once; each client host: %s\n",
-      admission(limits.max_inflight_bytes(), limits.max_inflight_requests())
+      AdmissionText(limits.max_inflight_bytes(), limits.max_inflight_requests())
           .c_str(),
-      limits.max_inflight_bytes_per_peer() == 0 &&
-              limits.max_inflight_requests_per_peer() == 0
-          ? "no share of its own"
-          : admission(limits.max_inflight_bytes_per_peer(),
-                      limits.max_inflight_requests_per_peer())
-                .c_str());
+      PerPeerAdmissionText(limits).c_str());
   return 0;
 }
 

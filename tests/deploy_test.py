@@ -173,15 +173,16 @@ class DeployTest(unittest.TestCase):
         self.assertEqual(rest.strip(), "case $? in 0|3) ;; *) exit 1; esac", where)
         return shlex.split(cli), rest
 
-    def check_runbooks_look_at_the_server(self, port, secrets, tls):
+    def check_runbooks_look_at_the_server(self, port, secrets, tls_secret, tls):
         """The runbook's commands for a look at the server itself, run as written (kubectl's
-        port-forward aside, and the Secrets' data taken from the files in `secrets`) against a
-        server on `port` with the deployment's token file, and TLS where `tls`."""
+        port-forward aside, and each Secret's data taken from the file named by its key in the
+        Secret's folder, `secrets` {name: folder}) against a server on `port` with the
+        deployment's token file, and with TLS from the Secret `tls_secret` where `tls`."""
         with open(os.path.join(ARGS.repo, "deploy/RUNBOOK.md")) as f:
             bullet = re.search(r"^- \*\*The server itself\*\*.*?(?=\n\S|\Z)", f.read(),
                                re.M | re.S).group(0)
         commands = re.findall(r"`([^`]+)`", bullet)
-        fetches = [c for c in commands if c.startswith("kubectl") and " get secret " in c]
+        fetches = [c for c in commands if "kubectl " in c and " get secret " in c]
         clis = [shlex.split(c) for c in commands if c.startswith("transpose ")]
         tls_flags = re.findall(r"add `(--tls\w*=\S+)`", bullet)
         self.assertEqual(len(fetches), 2, bullet)
@@ -191,14 +192,19 @@ class DeployTest(unittest.TestCase):
             for fetch in fetches:
                 secret = re.search(r" get secret (\S+)", fetch).group(1)
                 key = re.search(r"\{\.data\.(.+?)\}", fetch).group(1).replace("\\.", ".")
-                if secret == "transpose-tls" and not tls:
+                self.assertIn(secret, secrets, fetch)
+                if secret == tls_secret and not tls:
                     continue
-                data = subprocess.run(["base64", "-w0", os.path.join(secrets, key)],
+                data = subprocess.run(["base64", "-w0", os.path.join(secrets[secret], key)],
                                       capture_output=True, check=True).stdout
-                # As kubectl prints a Secret's field: base64, with no line break.
-                made = subprocess.run(["sh", "-c", "cat" + fetch[fetch.index(" | "):]],
-                                      input=data, cwd=here, capture_output=True)
+                # kubectl prints a Secret's field as base64, with no line break.
+                command = re.sub(r"kubectl [^|]*? (?=\| )", "cat ", fetch)
+                made = subprocess.run(["sh", "-c", command], input=data, cwd=here,
+                                      capture_output=True)
                 self.assertEqual(made.returncode, 0, f"{fetch}: {made.stderr}")
+            # The token is not left for others to read.
+            token = os.path.join(here, "token")
+            self.assertEqual(os.stat(token).st_mode & 0o077, 0, bullet)
             for cli in clis:
                 argv = [os.path.abspath(ARGS.cli)] + [
                     re.sub(r"^--server=(.*):50051$", r"--server=\1:" + port, a) for a in cli[1:]]
@@ -257,10 +263,10 @@ class DeployTest(unittest.TestCase):
                 made = subprocess.run(["bash", "-c", script], cwd=tmp, capture_output=True,
                                       text=True)
                 self.assertEqual(made.returncode, 0, made.stderr)
-                # The token file too, mid-rotation: the probes meet the server's access checks,
-                # as in the pod.
+                # The token file too, mid-rotation (and with a blank first line, which the
+                # server ignores): the probes meet the server's access checks, as in the pod.
                 with open(os.path.join(tmp, "tokens"), "w") as f:
-                    f.write("probe-test-token\nnext-probe-test-token\n")
+                    f.write("\nprobe-test-token\nnext-probe-test-token\n")
                 local = lambda arg, files=tmp: re.sub(
                     r"/etc/transpose/(tls|auth)/(\w+)",
                     lambda m: os.path.join(files if m.group(1) == "tls" else tmp, m.group(2)),
@@ -307,12 +313,18 @@ class DeployTest(unittest.TestCase):
                         line = server.stdout.readline()
                         self.assertTrue(line.startswith("listening on "), line)
                         port = line.strip().rsplit(":", 1)[1]
+                        # The Secrets the pod mounts, as their files.
+                        secrets = {
+                            mounts[os.path.dirname(uses["auth_token_file"])]["secret"][
+                                "secretName"]: tmp,
+                            secret: tmp}
                         if served == "plaintext":
-                            self.check_runbooks_look_at_the_server(port, tmp, tls=False)
+                            self.check_runbooks_look_at_the_server(port, secrets, secret,
+                                                                   tls=False)
                         if served != "tls":
                             no_answer(port, files)
                             continue
-                        self.check_runbooks_look_at_the_server(port, tmp, tls=True)
+                        self.check_runbooks_look_at_the_server(port, secrets, secret, tls=True)
                         probes_give(port, 0, 0, ready=True)
                         # Another CA's roots: no answer either.
                         no_answer(port, os.path.join(tmp, "other"))
