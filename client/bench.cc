@@ -28,9 +28,11 @@ double Percentile(const std::vector<double>& sorted, double p) {
 }  // namespace
 
 absl::Status CheckBenchOptions(const BenchOptions& options) {
-  if (options.concurrency < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--concurrency=%d: expected 1 or more", options.concurrency));
+  // A thread each: past thousands, one fails to start and ends the process.
+  if (options.concurrency < 1 || options.concurrency > kMaxBenchConcurrency) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--concurrency=%d: expected 1 to %d",
+                        options.concurrency, kMaxBenchConcurrency));
   }
   if (options.count == 0 && options.duration <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

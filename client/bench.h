@@ -48,9 +48,12 @@ struct BenchReport {
   std::string algorithm;
 };
 
+inline constexpr int kMaxBenchConcurrency = 1024;
+
 // INVALID_ARGUMENT, naming the option as the CLI's flag does, for options
-// that cannot run: concurrency under 1, no count and a duration that is not
-// positive, a shape with a zero or overflowing dimension.
+// that cannot run: concurrency outside 1 to kMaxBenchConcurrency, no count and
+// a duration that is not positive, a shape with a zero or overflowing
+// dimension.
 absl::Status CheckBenchOptions(const BenchOptions& options);
 
 // Whether the bench can run against this server on this machine, asked before

@@ -24,8 +24,10 @@ for binary in "${binaries[@]}"; do
 done
 if command -v patchelf >/dev/null; then
   # DT_RPATH rather than RUNPATH: it also serves the libraries' own dependencies.
-  for binary in "$prefix"/bin/*; do patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$binary"; done
+  # The ones staged now, by name: bin/ may hold an earlier run's health check script.
+  for binary in "${binaries[@]}"; do
+    patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$prefix/bin/$(basename "$binary")"
+  done
 fi
-# After patchelf, which takes only ELF files.
 cp scripts/healthcheck.sh "$prefix/bin/transpose_healthcheck"
 echo "package_runtime: $(ls "$prefix/bin" | wc -l) binaries, $(ls "$prefix/lib" | wc -l) libraries in $prefix"

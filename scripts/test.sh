@@ -21,6 +21,10 @@ ctest_args=(--output-on-failure --timeout 1800)
 (
   cd "${BUILD_DIR:-build}"
   if ((have_gpu)); then
+    if ! ctest -N -L gpu | grep -qE "Test +#"; then
+      echo "A GPU is visible, but this build has no CUDA backend (no nvcc at" \
+        "/usr/local/cuda/bin): the GPU tests were not built; the rest run on the CPU backend."
+    fi
     ctest "${ctest_args[@]}" "$@"
   else
     echo "No GPU visible: skipping the tests labelled gpu:"

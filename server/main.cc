@@ -286,8 +286,9 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max_transport_bytes=%d: expected at most %d", transport, INT64_MAX));
   }
-  if (transport > 0 && inflight > 0 &&
-      transport < MinTransportQuota(inflight, message)) {
+  // With no admission budget (0) still room for one message, or no call
+  // gets through at all.
+  if (transport > 0 && transport < MinTransportQuota(inflight, message)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max_transport_bytes=%d: expected 0 or at least --max_inflight_bytes "
         "+ --max_message_bytes (%d): admitted uploads may be held in gRPC's "
@@ -322,6 +323,24 @@ absl::Status CheckFlags() {
                                 count.value)
               : absl::StrFormat("--%s=%d: expected 0 to %d", count.name,
                                 count.value, count.max));
+    }
+  }
+  // Each CPU worker transposes on a team of its own: a product in the
+  // millions starts thread after thread until one fails, which ends the
+  // process with every call in it.
+  if (absl::GetFlag(FLAGS_backend) != "cuda") {
+    constexpr int64_t kMaxCpuThreads = 4096;
+    const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+    const int streams = absl::GetFlag(FLAGS_streams_per_device);
+    const int cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+    const int64_t threads = (streams == 0 ? cores : streams) *
+                            (cpu_threads == 0 ? cores : cpu_threads);
+    if (threads > kMaxCpuThreads) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--streams_per_device=%d (CPU workers) with --cpu_threads=%d each: "
+          "%d transpose threads; expected at most %d together (0 counts one "
+          "per core, %d here)",
+          streams, cpu_threads, threads, kMaxCpuThreads, cores));
     }
   }
   const std::string address = absl::GetFlag(FLAGS_address);

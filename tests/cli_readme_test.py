@@ -288,6 +288,7 @@ class CliReadmeTest(unittest.TestCase):
             (["--tls_cert=client.pem", "health"], "--tls_cert=client.pem"),
             (["bench", "--duration=0s"], "--duration=0"),
             (["bench", "--concurrency=0"], "--concurrency=0"),
+            (["bench", "--concurrency=100000"], "--concurrency=100000: expected 1 to 1024"),
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
               "--rows=5"], "--rows=5"),
             (["transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",

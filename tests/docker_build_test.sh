@@ -16,11 +16,16 @@ cleanup() {
 trap cleanup EXIT
 
 BUILD_DIR="$build_dir" "$repo/scripts/docker_build.sh" "$stage/opt/transpose"
+# Staged again over the first (an upgrade in place): the same result.
+BUILD_DIR="$build_dir" "$repo/scripts/package_runtime.sh" "$stage/opt/transpose" ||
+  { echo "FAIL: package_runtime.sh failed over an earlier stage"; exit 1; }
 
 for binary in "$stage"/opt/transpose/bin/transpose "$stage"/opt/transpose/bin/transpose_server; do
   if ldd "$binary" | grep -q "not found"; then
     echo "FAIL: $binary has unresolved libraries:"; ldd "$binary"; exit 1
   fi
+  readelf -d "$binary" | grep -q 'RPATH.*\[\$ORIGIN/\.\./lib\]' ||
+    { echo "FAIL: $binary has no \$ORIGIN/../lib RPATH"; readelf -d "$binary"; exit 1; }
   # Everything but the C library and the kernel's vDSO comes from the stage.
   outside=$(ldd "$binary" | awk '/=>/ {print $1, $3}' |
             grep -vE "^(libc|libm|libpthread|libdl|librt|ld-linux|linux-vdso)[.-]" |

@@ -1186,8 +1186,24 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
     EXPECT_THAT(text, HasSubstr(flag.substr(0, flag.find('=') + 1)));
     EXPECT_THAT(text, HasSubstr("expected"));
   }
+  // Values that cannot work together: no admission budget but a transport
+  // quota below one message (no call gets through); a million CPU threads.
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{
+           {"--max_inflight_bytes=0", "--max_transport_bytes=1048576"},
+           {"--streams_per_device=1024", "--cpu_threads=1024"}}) {
+    std::vector<std::string> args = {"--backend=cpu"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto [code, text] = ServerProcess::RunUntilExit(args);
+    EXPECT_EQ(code, 2) << flags[1] << ": " << text;
+    EXPECT_THAT(text, HasSubstr(flags[1]));
+    EXPECT_THAT(text, HasSubstr("expected"));
+  }
   // The boundary values still start.
   EXPECT_NE(Start({"--response_chunk_bytes=1"}), nullptr);
+  EXPECT_NE(Start({"--max_inflight_bytes=0",
+                   absl::StrCat("--max_transport_bytes=", 64 * kMiB)}),
+            nullptr);
   // The smallest message limit still takes the client library's largest
   // messages: a unary 1 MiB matrix and a stream of 1 MiB chunks.
   auto server = Start({"--max_message_bytes=1048576"});

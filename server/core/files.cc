@@ -140,6 +140,18 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// A mkostemp template beside `path`: its name and ".partial-XXXXXX", the name
+// cut short where the whole would pass NAME_MAX (a valid name of up to 255
+// bytes would otherwise fail only once the result is in hand).
+std::string TemporaryNameBeside(const std::string& path) {
+  constexpr absl::string_view kSuffix = ".partial-XXXXXX";
+  const size_t slash = path.rfind('/');
+  const size_t name_start = slash == std::string::npos ? 0 : slash + 1;
+  const size_t name_length = path.size() - name_start;
+  const size_t keep = std::min(name_length, NAME_MAX - kSuffix.size());
+  return absl::StrCat(path.substr(0, name_start + keep), kSuffix);
+}
+
 }  // namespace
 
 bool IsRegularFile(const std::string& path) {
@@ -242,7 +254,7 @@ absl::Status FileWriter::Commit(
   }
   // A name no other writer has (O_EXCL, never through a link), with the mode
   // the file has, or a new file would get.
-  std::string temporary = absl::StrCat(path_, ".partial-XXXXXX");
+  std::string temporary = TemporaryNameBeside(path_);
   const int fd = ::mkostemp(temporary.data(), O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot write", path_);
   const ListedTemporary listed(temporary);

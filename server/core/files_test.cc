@@ -176,6 +176,14 @@ TEST_F(FilesTest, UnwritablePathsFailAtCreate) {
   }
 }
 
+TEST_F(FilesTest, ANameOfTheLongestLengthIsWritten) {
+  const std::string name(NAME_MAX, 'n');
+  ASSERT_TRUE(WriteFile(Path(name), {"first"}).ok());
+  ASSERT_TRUE(WriteFile(Path(name), {"second"}).ok());
+  EXPECT_EQ(ReadFile(Path(name)).value_or(""), "second");
+  EXPECT_EQ(Listing(), name + "\n");  // No temporary file left behind.
+}
+
 TEST_F(FilesTest, NewFilesGetTheUsualMode) {
   const mode_t old_mask = umask(022);
   ASSERT_TRUE(WriteFile(Path("mode"), {"x"}).ok());
