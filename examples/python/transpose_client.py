@@ -497,10 +497,13 @@ class OutputFile:
             with open(self._target, "wb") as f:
                 np.save(f, array)
             return
-        # A name no other writer has (O_EXCL, never through a link); the kernel applies the
-        # umask to a new file's 0666.
+        # A name no other writer has (O_EXCL, never through a link), cut short where a long
+        # name and the suffix would pass NAME_MAX; the kernel applies the umask to a new file's
+        # 0666.
+        folder, name = os.path.split(self._target)
         while True:
-            temporary = f"{self._target}.partial-{random.getrandbits(32):08x}"
+            suffix = f".partial-{random.getrandbits(32):08x}"
+            temporary = os.path.join(folder, name[:255 - len(suffix)] + suffix)
             try:
                 descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL
                                      | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
