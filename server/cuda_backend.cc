@@ -21,6 +21,7 @@
 #include "server/core/log.h"
 #include "server/core/retry.h"
 #include "server/core/status_macros.h"
+#include "server/gpu_presence.h"
 #include "server/worker_pool.h"
 
 namespace transpose {
@@ -604,6 +605,18 @@ int CudaDeviceCount() {
     return 0;
   }
   return count;
+}
+
+std::string WhyNoCudaDevice() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  cudaGetLastError();
+  if (error != cudaSuccess) {
+    return absl::StrCat(
+        "CUDA sees none (cudaGetDeviceCount: ", cudaGetErrorName(error), ", ",
+        cudaGetErrorString(error), ")");
+  }
+  return absl::StrCat("CUDA sees ", count, " of them");
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateCudaBackends(

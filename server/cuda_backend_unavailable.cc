@@ -1,10 +1,16 @@
 // CudaBackend for builds without the CUDA toolkit: there is never a GPU.
 #include "absl/status/status.h"
 #include "server/cuda_backend.h"
+#include "server/gpu_presence.h"
 
 namespace transpose {
 
 int CudaDeviceCount() { return 0; }
+
+std::string WhyNoCudaDevice() {
+  return "this server was built without CUDA (no nvcc at build time: install "
+         "the CUDA toolkit at /usr/local/cuda and build again)";
+}
 
 absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateCudaBackends(
     const CudaBackendOptions&, Metrics&) {

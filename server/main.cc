@@ -43,6 +43,7 @@
 #include "server/cpu_backend.h"
 #include "server/cuda_backend.h"
 #include "server/engine.h"
+#include "server/gpu_presence.h"
 #include "server/grpc_server.h"
 #include "server/metrics.h"
 #include "server/nvml_collector.h"
@@ -107,6 +108,10 @@ ABSL_FLAG(int, max_inflight_requests_per_peer, 0,
 ABSL_FLAG(double, unready_seconds, 2,
           "On SIGTERM or SIGINT, how long health reports NOT_SERVING while new "
           "calls are still taken, before the drain.");
+ABSL_FLAG(std::string, testing_nvidia_gpus_dir, "/proc/driver/nvidia/gpus",
+          "Testing only: where the NVIDIA driver lists the machine's GPUs "
+          "(one entry each), which --backend=auto warns of when it cannot "
+          "use them.");
 ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
           "Testing only: after this many jobs, each GPU runs a kernel that "
           "faults (a sticky CUDA error), to exercise fault handling.");
@@ -180,6 +185,15 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
     options.testing_fault_after_jobs =
         absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs);
     return CreateCudaBackends(options, metrics);
+  }
+  if (kind == "auto") {
+    if (const int listed =
+            NvidiaDriverGpuCount(absl::GetFlag(FLAGS_testing_nvidia_gpus_dir));
+        listed > 0) {
+      Log(LogLevel::kWarning,
+          "the NVIDIA driver lists %d GPU%s, but %s: serving on the CPU",
+          listed, listed == 1 ? "" : "s", WhyNoCudaDevice());
+    }
   }
   CpuBackendOptions options;
   options.workers = absl::GetFlag(FLAGS_streams_per_device);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1150,6 +1151,45 @@ TEST_F(ReliabilityTest, AShortUnaryRequestIsRefusedAfterItsBandsStop) {
   }
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
   EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
+}
+
+// A machine whose NVIDIA driver lists GPUs that this server cannot use (built
+// without CUDA, or CUDA failing) serves on the CPU, and says why at start
+// rather than leaving an operator to find the GPU idle.
+TEST_F(ReliabilityTest, AutoSaysWhyItServesOnTheCpuBesideADriversGpus) {
+  if (ServerProcess::BackendFromEnvironment() == "cuda") {
+    GTEST_SKIP() << "this machine's GPUs are used";
+  }
+  char dir[] = "/tmp/transpose-driver-gpus-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string listing = dir;
+  const auto start_logs = [this, &listing] {
+    const ServerLog server_log;
+    auto server = Start({"--backend=auto", "--log_level=warning",
+                         "--testing_nvidia_gpus_dir=" + listing},
+                        server_log.path());
+    EXPECT_NE(server, nullptr);
+    std::string log = server_log.Read();
+    if (server != nullptr) {
+      EXPECT_TRUE(Connect(*server)->CheckHealth().value_or(false));
+      EXPECT_EQ(server->Stop(SIGTERM), 0);
+    }
+    return log;
+  };
+  EXPECT_THAT(start_logs(), Not(HasSubstr("NVIDIA")));
+  for (const char* gpu : {"0000:17:00.0", "0000:65:00.0"}) {
+    ASSERT_EQ(mkdir((listing + "/" + gpu).c_str(), 0755), 0);
+  }
+  const std::string log = start_logs();
+  EXPECT_THAT(log, HasSubstr("WARNING the NVIDIA driver lists 2 GPUs, but "));
+  EXPECT_THAT(log, HasSubstr(": serving on the CPU"));
+  // This build's reason: none compiled in, or CUDA's own error.
+  EXPECT_THAT(log, AnyOf(HasSubstr("built without CUDA"),
+                         HasSubstr("CUDA sees none (cudaGetDeviceCount: ")));
+  for (const char* gpu : {"0000:17:00.0", "0000:65:00.0"}) {
+    rmdir((listing + "/" + gpu).c_str());
+  }
+  rmdir(dir);
 }
 
 // Values that cannot work stop the server before it listens, with a message
