@@ -105,7 +105,7 @@ ABSL_FLAG(bool, progress, true,
           "Show a progress bar on a terminal for long transfers.");
 ABSL_FLAG(std::string, service, "",
           "health: the service to check (empty: the whole server).");
-ABSL_FLAG(int, concurrency, 1, "bench: requests in flight.");
+ABSL_FLAG(int, concurrency, 1, "bench: requests in flight (1 to 1024).");
 // Optional, so that one given with --count can be told from the default.
 ABSL_FLAG(std::optional<absl::Duration>, duration, std::nullopt,
           "bench: how long to run (default 10s).");

@@ -3,7 +3,7 @@
 # and the container health check (bin/transpose_healthcheck, scripts/healthcheck.sh),
 # so that a runtime image (or any machine with the same C library) runs them without the -dev
 # packages. glibc and the driver's libcuda stay behind: the runtime image provides them. The
-# binaries find their libraries through an $ORIGIN-relative RUNPATH.
+# binaries find their libraries through an $ORIGIN-relative RPATH.
 #
 # Usage: scripts/package_runtime.sh PREFIX   (after scripts/build.sh; BUILD_DIR as there)
 set -euo pipefail

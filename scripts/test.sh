@@ -21,7 +21,9 @@ ctest_args=(--output-on-failure --timeout 1800)
 (
   cd "${BUILD_DIR:-build}"
   if ((have_gpu)); then
-    if ! ctest -N -L gpu | grep -qE "Test +#"; then
+    # The listing first: grep -q would stop reading early, and pipefail count ctest's SIGPIPE.
+    gpu_tests=$(ctest -N -L gpu)
+    if ! grep -qE "Test +#" <<<"$gpu_tests"; then
       echo "A GPU is visible, but this build has no CUDA backend (no nvcc at" \
         "/usr/local/cuda/bin): the GPU tests were not built; the rest run on the CPU backend."
     fi

@@ -1,6 +1,6 @@
-// Whether the machine has NVIDIA GPUs, asked of the driver rather than of
-// CUDA: a server that cannot use them (built without CUDA, or CUDA failing)
-// says so instead of serving on the CPU without a word.
+// Whether this process was given NVIDIA GPUs, asked of the device files rather
+// than of CUDA: a server that cannot use them (built without CUDA, or CUDA
+// failing) says so instead of serving on the CPU without a word.
 #ifndef TRANSPOSE_SERVER_GPU_PRESENCE_H_
 #define TRANSPOSE_SERVER_GPU_PRESENCE_H_
 
@@ -8,10 +8,12 @@
 
 namespace transpose {
 
-// The GPUs the NVIDIA driver lists: the entries of `driver_gpus_dir` (the
-// driver's /proc/driver/nvidia/gpus has one per GPU). 0 without the driver.
-int NvidiaDriverGpuCount(
-    const std::string& driver_gpus_dir = "/proc/driver/nvidia/gpus");
+// The NVIDIA GPUs given to this process: the nvidiaN device files in
+// `device_dir` (a container gets those of its own GPUs; the driver's
+// /proc/driver/nvidia/gpus lists the whole host's). 0 where
+// CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES hides every GPU on purpose
+// ("", -1, none, void).
+int NvidiaGpuDeviceCount(const std::string& device_dir = "/dev");
 
 // Why this server sees no CUDA device: a build without CUDA, or CUDA's error.
 std::string WhyNoCudaDevice();

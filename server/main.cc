@@ -108,9 +108,9 @@ ABSL_FLAG(int, max_inflight_requests_per_peer, 0,
 ABSL_FLAG(double, unready_seconds, 2,
           "On SIGTERM or SIGINT, how long health reports NOT_SERVING while new "
           "calls are still taken, before the drain.");
-ABSL_FLAG(std::string, testing_nvidia_gpus_dir, "/proc/driver/nvidia/gpus",
-          "Testing only: where the NVIDIA driver lists the machine's GPUs "
-          "(one entry each), which --backend=auto warns of when it cannot "
+ABSL_FLAG(std::string, testing_nvidia_device_dir, "/dev",
+          "Testing only: where the NVIDIA GPUs this process may use appear as "
+          "nvidiaN device files, which --backend=auto warns of when it cannot "
           "use them.");
 ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
           "Testing only: after this many jobs, each GPU runs a kernel that "
@@ -187,11 +187,11 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
     return CreateCudaBackends(options, metrics);
   }
   if (kind == "auto") {
-    if (const int listed =
-            NvidiaDriverGpuCount(absl::GetFlag(FLAGS_testing_nvidia_gpus_dir));
+    if (const int listed = NvidiaGpuDeviceCount(
+            absl::GetFlag(FLAGS_testing_nvidia_device_dir));
         listed > 0) {
       Log(LogLevel::kWarning,
-          "the NVIDIA driver lists %d GPU%s, but %s: serving on the CPU",
+          "this machine has %d NVIDIA GPU%s, but %s: serving on the CPU",
           listed, listed == 1 ? "" : "s", WhyNoCudaDevice());
     }
   }
@@ -342,7 +342,8 @@ absl::Status CheckFlags() {
   // Each CPU worker transposes on a team of its own: a product in the
   // millions starts thread after thread until one fails, which ends the
   // process with every call in it.
-  if (absl::GetFlag(FLAGS_backend) != "cuda") {
+  // Only where the CPU backend will run: CUDA counts a stream per device.
+  if (backend == "cpu" || (backend == "auto" && CudaDeviceCount() == 0)) {
     constexpr int64_t kMaxCpuThreads = 4096;
     const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
     const int streams = absl::GetFlag(FLAGS_streams_per_device);

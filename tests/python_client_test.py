@@ -446,13 +446,16 @@ class PythonClientTest(unittest.TestCase):
             self.assertEqual(os.stat(fresh).st_mode & 0o777, 0o640)
             self.assertEqual(sorted(os.listdir(tmp)),
                              ["a.npy", "fresh", "link", "result", "tokens", "vector.npy"])
-            # The longest name a file can have: written, nothing left beside it.
-            longest = os.path.join(tmp, "n" * 255)
-            for _ in range(2):
-                run = cli(source, longest)
-                self.assertEqual(run.returncode, 0, run.stderr)
-            self.assertSameBytes(np.load(longest), expected(other))
-            self.assertEqual(len(os.listdir(tmp)), 7)
+            # The longest names a file can have (255 bytes, also of two-byte characters after an
+            # odd byte): written, nothing left beside them.
+            for name in ("n" * 255, "a" + "\u00e9" * 127):
+                longest = os.path.join(tmp, name)
+                for _ in range(2):
+                    run = cli(source, longest)
+                    self.assertEqual(run.returncode, 0, run.stderr)
+                self.assertSameBytes(np.load(longest), expected(other))
+                self.assertEqual(len(os.listdir(tmp)), 7)
+                os.unlink(longest)
 
 
 def main():

@@ -2,6 +2,7 @@
 // real server binary: each shows the server giving back what a request held
 // (the admission gauges on /metrics go back to zero) and staying up.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -1153,41 +1154,53 @@ TEST_F(ReliabilityTest, AShortUnaryRequestIsRefusedAfterItsBandsStop) {
   EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
 }
 
-// A machine whose NVIDIA driver lists GPUs that this server cannot use (built
-// without CUDA, or CUDA failing) serves on the CPU, and says why at start
-// rather than leaving an operator to find the GPU idle.
-TEST_F(ReliabilityTest, AutoSaysWhyItServesOnTheCpuBesideADriversGpus) {
-  if (ServerProcess::BackendFromEnvironment() == "cuda") {
-    GTEST_SKIP() << "this machine's GPUs are used";
-  }
-  char dir[] = "/tmp/transpose-driver-gpus-XXXXXX";
+// A machine with NVIDIA GPUs that this server cannot use (built without CUDA,
+// or CUDA failing) serves on the CPU, and says why at start rather than
+// leaving an operator to find the GPU idle; GPUs hidden on purpose are not
+// mentioned.
+TEST_F(ReliabilityTest, AutoSaysWhyItServesOnTheCpuBesideGpus) {
+  char dir[] = "/tmp/transpose-devices-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string listing = dir;
-  const auto start_logs = [this, &listing] {
+  const std::string devices = dir;
+  bool gpus_used = false;
+  const auto start_logs = [this, &devices, &gpus_used] {
     const ServerLog server_log;
     auto server = Start({"--backend=auto", "--log_level=warning",
-                         "--testing_nvidia_gpus_dir=" + listing},
+                         "--testing_nvidia_device_dir=" + devices},
                         server_log.path());
     EXPECT_NE(server, nullptr);
     std::string log = server_log.Read();
     if (server != nullptr) {
-      EXPECT_TRUE(Connect(*server)->CheckHealth().value_or(false));
+      absl::StatusOr<v1::ServerInfo> info = Connect(*server)->GetServerInfo();
+      EXPECT_TRUE(info.ok()) << info.status();
+      gpus_used = info.ok() && info->backends(0).name() != "cpu";
       EXPECT_EQ(server->Stop(SIGTERM), 0);
     }
     return log;
   };
   EXPECT_THAT(start_logs(), Not(HasSubstr("NVIDIA")));
-  for (const char* gpu : {"0000:17:00.0", "0000:65:00.0"}) {
-    ASSERT_EQ(mkdir((listing + "/" + gpu).c_str(), 0755), 0);
+  if (gpus_used) GTEST_SKIP() << "this machine's GPUs are used";
+  // Two GPUs' device files, beside the driver's others.
+  for (const char* file : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) {
+    const std::string path = devices + "/" + file;
+    const int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0) << path;
+    close(fd);
   }
   const std::string log = start_logs();
-  EXPECT_THAT(log, HasSubstr("WARNING the NVIDIA driver lists 2 GPUs, but "));
+  EXPECT_THAT(log, HasSubstr("WARNING this machine has 2 NVIDIA GPUs, but "));
   EXPECT_THAT(log, HasSubstr(": serving on the CPU"));
   // This build's reason: none compiled in, or CUDA's own error.
   EXPECT_THAT(log, AnyOf(HasSubstr("built without CUDA"),
                          HasSubstr("CUDA sees none (cudaGetDeviceCount: ")));
-  for (const char* gpu : {"0000:17:00.0", "0000:65:00.0"}) {
-    rmdir((listing + "/" + gpu).c_str());
+  // Hidden on purpose: nothing to say.
+  for (const char* hidden : {"", "-1"}) {
+    setenv("CUDA_VISIBLE_DEVICES", hidden, 1);
+    EXPECT_THAT(start_logs(), Not(HasSubstr("NVIDIA"))) << hidden;
+    unsetenv("CUDA_VISIBLE_DEVICES");
+  }
+  for (const char* file : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) {
+    unlink((devices + "/" + file).c_str());
   }
   rmdir(dir);
 }

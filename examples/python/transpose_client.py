@@ -497,13 +497,16 @@ class OutputFile:
             with open(self._target, "wb") as f:
                 np.save(f, array)
             return
-        # A name no other writer has (O_EXCL, never through a link), cut short where a long
-        # name and the suffix would pass NAME_MAX; the kernel applies the umask to a new file's
-        # 0666.
-        folder, name = os.path.split(self._target)
+        # A name no other writer has (O_EXCL, never through a link), cut short (in bytes, not
+        # inside a UTF-8 character) where a long name and the suffix would pass NAME_MAX; the
+        # kernel applies the umask to a new file's 0666.
+        folder, name = os.path.split(os.fsencode(self._target))
         while True:
-            suffix = f".partial-{random.getrandbits(32):08x}"
-            temporary = os.path.join(folder, name[:255 - len(suffix)] + suffix)
+            suffix = b".partial-%08x" % random.getrandbits(32)
+            keep = min(len(name), 255 - len(suffix))
+            while 0 < keep < len(name) and name[keep] & 0xC0 == 0x80:  # Not inside a character.
+                keep -= 1
+            temporary = os.path.join(folder, name[:keep] + suffix)
             try:
                 descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL
                                      | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
@@ -519,7 +522,7 @@ class OutputFile:
                 except FileNotFoundError:
                     pass
                 os.fsync(f.fileno())  # On disk before the rename.
-            os.rename(temporary, self._target)
+            os.rename(temporary, os.fsencode(self._target))
         except BaseException:
             os.unlink(temporary)
             raise

@@ -141,14 +141,20 @@ std::string DirectoryOf(const std::string& path) {
 }
 
 // A mkostemp template beside `path`: its name and ".partial-XXXXXX", the name
-// cut short where the whole would pass NAME_MAX (a valid name of up to 255
-// bytes would otherwise fail only once the result is in hand).
+// cut short where the whole would pass NAME_MAX bytes (a valid name of up to
+// 255 bytes would otherwise fail only once the result is in hand).
 std::string TemporaryNameBeside(const std::string& path) {
   constexpr absl::string_view kSuffix = ".partial-XXXXXX";
   const size_t slash = path.rfind('/');
   const size_t name_start = slash == std::string::npos ? 0 : slash + 1;
   const size_t name_length = path.size() - name_start;
-  const size_t keep = std::min(name_length, NAME_MAX - kSuffix.size());
+  size_t keep = std::min(name_length, NAME_MAX - kSuffix.size());
+  // Not inside a UTF-8 character: file systems that check names refuse half
+  // of one.
+  while (keep > 0 && keep < name_length &&
+         (static_cast<unsigned char>(path[name_start + keep]) & 0xC0) == 0x80) {
+    --keep;
+  }
   return absl::StrCat(path.substr(0, name_start + keep), kSuffix);
 }
 

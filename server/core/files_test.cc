@@ -177,11 +177,17 @@ TEST_F(FilesTest, UnwritablePathsFailAtCreate) {
 }
 
 TEST_F(FilesTest, ANameOfTheLongestLengthIsWritten) {
-  const std::string name(NAME_MAX, 'n');
-  ASSERT_TRUE(WriteFile(Path(name), {"first"}).ok());
-  ASSERT_TRUE(WriteFile(Path(name), {"second"}).ok());
-  EXPECT_EQ(ReadFile(Path(name)).value_or(""), "second");
-  EXPECT_EQ(Listing(), name + "\n");  // No temporary file left behind.
+  // 255 bytes: ASCII, and two-byte UTF-8 characters after one ASCII byte (so
+  // that a cut at a fixed length would split one).
+  std::string accented = "a";
+  while (accented.size() + 2 <= NAME_MAX) accented += "\xc3\xa9";
+  for (const std::string& name : {std::string(NAME_MAX, 'n'), accented}) {
+    ASSERT_TRUE(WriteFile(Path(name), {"first"}).ok());
+    ASSERT_TRUE(WriteFile(Path(name), {"second"}).ok());
+    EXPECT_EQ(ReadFile(Path(name)).value_or(""), "second");
+    EXPECT_EQ(Listing(), name + "\n");  // No temporary file left behind.
+    ASSERT_EQ(unlink(Path(name).c_str()), 0);
+  }
 }
 
 TEST_F(FilesTest, NewFilesGetTheUsualMode) {
