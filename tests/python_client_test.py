@@ -88,6 +88,21 @@ class PythonClientTest(unittest.TestCase):
         # Bytewise: random float bits hold NaNs, which compare unequal as floats.
         self.assertEqual(actual.tobytes(), wanted.tobytes())
 
+    def cli(self, *arguments, server=None, **options):
+        """The example's command line, against this suite's server unless `server`."""
+        return subprocess.run(
+            [sys.executable, ARGS.client, f"--server={server or self.target}", *arguments],
+            capture_output=True, text=True, timeout=120, **options)
+
+    def cli_transposes_a_file_of(self, array, tmp):
+        """The command line's run from a.npy holding `array` to b.npy in `tmp`, checked."""
+        source, target = os.path.join(tmp, "a.npy"), os.path.join(tmp, "b.npy")
+        np.save(source, array)
+        run = self.cli(source, target)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertSameBytes(np.load(target), expected(array))
+        return run
+
     def test_every_dtype_and_shape(self):
         rng = np.random.default_rng(7)
         for dtype in transpose_client.DATA_TYPES:
@@ -107,13 +122,7 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             self.client.transpose(np.zeros((2, 2), [("a", "u1"), ("b", "u1")]))
         with tempfile.TemporaryDirectory() as tmp:
-            source, target = os.path.join(tmp, "a.npy"), os.path.join(tmp, "b.npy")
-            np.save(source, array)
-            run = subprocess.run(
-                [sys.executable, ARGS.client, f"--server={self.target}", source, target],
-                capture_output=True, text=True, timeout=120)
-            self.assertEqual(run.returncode, 0, run.stderr)
-            self.assertSameBytes(np.load(target), expected(array))
+            self.cli_transposes_a_file_of(array, tmp)
 
     def test_a_matrix_of_many_chunks_each_way_reports_its_progress(self):
         array = random_array(np.float64, (1000, 700), np.random.default_rng(1))  # 5.3 MiB.
@@ -357,26 +366,16 @@ class PythonClientTest(unittest.TestCase):
     def test_the_command_line(self):
         with tempfile.TemporaryDirectory() as tmp:
             array = random_array(np.complex64, (2, 30, 17), np.random.default_rng(5))
-            source, target = os.path.join(tmp, "a.npy"), os.path.join(tmp, "b.npy")
-            np.save(source, array)
-            run = subprocess.run(
-                [sys.executable, ARGS.client, f"--server={self.target}", source, target],
-                capture_output=True, text=True, timeout=120)
-            self.assertEqual(run.returncode, 0, run.stderr)
+            run = self.cli_transposes_a_file_of(array, tmp)
             self.assertIn("(2, 30, 17)", run.stdout)
-            self.assertSameBytes(np.load(target), expected(array))
             # A server out of reach: an error line and exit 1, after its attempts.
-            run = subprocess.run(
-                [sys.executable, ARGS.client, "--server=127.0.0.1:1", "--attempts=2", source,
-                 target], capture_output=True, text=True, timeout=120)
+            run = self.cli("--attempts=2", os.path.join(tmp, "a.npy"), os.path.join(tmp, "b.npy"),
+                           server="127.0.0.1:1")
             self.assertEqual(run.returncode, 1)
             self.assertIn("error: UNAVAILABLE", run.stderr)
 
     def test_the_command_line_writes_the_path_it_is_given_or_reports_what_stops_it(self):
-        def cli(*arguments):
-            return subprocess.run([sys.executable, ARGS.client, f"--server={self.target}",
-                                   *arguments], capture_output=True, text=True, timeout=120)
-
+        cli = self.cli
         with tempfile.TemporaryDirectory() as tmp:
             array = random_array(np.int16, (7, 9), np.random.default_rng(6))
             source = os.path.join(tmp, "a.npy")
@@ -439,9 +438,7 @@ class PythonClientTest(unittest.TestCase):
             self.assertSameBytes(np.load(target), expected(other))
             self.assertEqual(os.stat(target).st_mode & 0o777, 0o600)
             fresh = os.path.join(tmp, "fresh")
-            run = subprocess.run([sys.executable, ARGS.client, f"--server={self.target}", source,
-                                  fresh], capture_output=True, text=True, timeout=120,
-                                 preexec_fn=lambda: os.umask(0o027))
+            run = cli(source, fresh, preexec_fn=lambda: os.umask(0o027))
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertEqual(os.stat(fresh).st_mode & 0o777, 0o640)
             self.assertEqual(sorted(os.listdir(tmp)),
