@@ -21,7 +21,6 @@
 #include "server/core/log.h"
 #include "server/core/retry.h"
 #include "server/core/status_macros.h"
-#include "server/gpu_presence.h"
 #include "server/worker_pool.h"
 
 namespace transpose {

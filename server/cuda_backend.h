@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +51,10 @@ struct CudaBackendOptions {
 // GPUs visible to this process; 0 without a driver or device, or in a build
 // without CUDA.
 int CudaDeviceCount();
+
+// Why CudaDeviceCount() is 0, for a log line: a build without CUDA, or CUDA's
+// error.
+std::string WhyNoCudaDevice();
 
 // One calibrated backend per visible GPU, named "cuda:N". UNAVAILABLE without a
 // GPU or in a build without CUDA. `metrics` must outlive the backends.

@@ -1,7 +1,6 @@
 // CudaBackend for builds without the CUDA toolkit: there is never a GPU.
 #include "absl/status/status.h"
 #include "server/cuda_backend.h"
-#include "server/gpu_presence.h"
 
 namespace transpose {
 

@@ -15,9 +15,6 @@ namespace transpose {
 // ("", -1, none, void).
 int NvidiaGpuDeviceCount(const std::string& device_dir = "/dev");
 
-// Why this server sees no CUDA device: a build without CUDA, or CUDA's error.
-std::string WhyNoCudaDevice();
-
 }  // namespace transpose
 
 #endif  // TRANSPOSE_SERVER_GPU_PRESENCE_H_
