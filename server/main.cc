@@ -339,10 +339,10 @@ absl::Status CheckFlags() {
                                 count.value, count.max));
     }
   }
-  // Each CPU worker transposes on a team of its own: a product in the
-  // millions starts thread after thread until one fails, which ends the
-  // process with every call in it.
-  // Only where the CPU backend will run: CUDA counts a stream per device.
+  // Where the CPU backend will run, each of its workers transposes on a team
+  // of its own: a product in the millions starts thread after thread until
+  // one fails, which ends the process with every call in it. (CUDA counts a
+  // stream per device instead.)
   if (backend == "cpu" || (backend == "auto" && CudaDeviceCount() == 0)) {
     constexpr int64_t kMaxCpuThreads = 4096;
     const int64_t cores = std::max(1u, std::thread::hardware_concurrency());

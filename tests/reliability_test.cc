@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1181,7 +1180,9 @@ TEST_F(ReliabilityTest, AutoSaysWhyItServesOnTheCpuBesideGpus) {
   EXPECT_THAT(start_logs(), Not(HasSubstr("NVIDIA")));
   if (gpus_used) GTEST_SKIP() << "this machine's GPUs are used";
   // Two GPUs' device files, beside the driver's others.
-  for (const char* file : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) {
+  const std::vector<std::string> device_files = {"nvidia0", "nvidia1",
+                                                 "nvidiactl", "nvidia-uvm"};
+  for (const std::string& file : device_files) {
     const std::string path = devices + "/" + file;
     const int fd = open(path.c_str(), O_CREAT | O_WRONLY, 0600);
     ASSERT_GE(fd, 0) << path;
@@ -1199,7 +1200,7 @@ TEST_F(ReliabilityTest, AutoSaysWhyItServesOnTheCpuBesideGpus) {
     EXPECT_THAT(start_logs(), Not(HasSubstr("NVIDIA"))) << hidden;
     unsetenv("CUDA_VISIBLE_DEVICES");
   }
-  for (const char* file : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) {
+  for (const std::string& file : device_files) {
     unlink((devices + "/" + file).c_str());
   }
   rmdir(dir);

@@ -29,10 +29,10 @@ and put OUT on sys.path.
 """
 import argparse
 import atexit
-import hashlib
-import os
 import errno
 import fcntl
+import hashlib
+import os
 import random
 import re
 import shutil
@@ -434,7 +434,7 @@ def read_token_file(path: str) -> str:
         lines = [(number, line.strip(b" \t\n\v\f\r"))
                  for number, line in enumerate(f.read().split(b"\n"), 1)]
     for number, token in lines:
-        if token and not all(0x21 <= byte <= 0x7E for byte in token):
+        if token and not _sendable_token(token.decode("latin-1")):  # A character per byte.
             raise ValueError(f"{path} line {number} holds a character that is not visible ASCII "
                              "(a space, a control character or a non-ASCII byte): a token is one "
                              "word per line")
