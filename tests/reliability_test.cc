@@ -920,6 +920,67 @@ TEST_F(ReliabilityTest, ACallerCancelsMidUploadAndBetweenAttempts) {
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_requests", 0), 0);
 }
 
+// Uploads cut off by their callers, or by their deadlines, are counted as
+// such, never as malformed requests: their last read can fail before gRPC
+// marks the call cancelled, when the upload looks merely short.
+TEST_F(ReliabilityTest, UploadsCutOffMidwayAreCountedByWhyTheyEnded) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  constexpr int kCancelled = 150;
+  constexpr int kTimedOut = 30;
+  for (int i = 0; i < kCancelled + kTimedOut; ++i) {
+    grpc::ClientContext context;
+    if (i >= kCancelled) {
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(300));
+    }
+    std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+    v1::TransposeRequest first = Header(256, 256);  // 256 KiB, 64 KiB sent.
+    first.set_data(std::string(64 << 10, '\1'));
+    ASSERT_TRUE(stream->Write(first));
+    if (i < kCancelled) context.TryCancel();
+    EXPECT_THAT(stream->Finish().error_code(),
+                AnyOf(grpc::StatusCode::CANCELLED,
+                      grpc::StatusCode::DEADLINE_EXCEEDED));
+  }
+  const auto count = [](absl::string_view code) {
+    return absl::StrCat("transpose_requests_total{code=\"", code,
+                        "\",method=\"TransposeStream\"}");
+  };
+  EXPECT_EQ(AwaitGauge(*server, count("CANCELLED"), kCancelled), kCancelled);
+  EXPECT_EQ(AwaitGauge(*server, count("DEADLINE_EXCEEDED"), kTimedOut),
+            kTimedOut);
+  EXPECT_EQ(server->Metric(count("INVALID_ARGUMENT")).value_or(0), 0);
+  EXPECT_EQ(AwaitGauge(*server, "transpose_inflight_requests", 0), 0);
+
+  // Streams whose first message the transport quota cuts off: their reads
+  // end before any header arrived.
+  auto quota_server =
+      Start({"--max_message_bytes=1048576",
+             absl::StrCat("--max_inflight_bytes=", 32 * kMiB),
+             absl::StrCat("--max_transport_bytes=", 64 * kMiB)});
+  ASSERT_NE(quota_server, nullptr);
+  auto quota_client = Connect(*quota_server);
+  auto quota_stub = v1::TransposeService::NewStub(quota_client->channel());
+  constexpr int kReset = 4;
+  for (int i = 0; i < kReset; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(60));
+    std::unique_ptr<Stream> stream = quota_stub->TransposeStream(&context);
+    v1::TransposeRequest first = Header(8192, 8192);
+    first.mutable_data()->resize(256 * kMiB, '\1');
+    stream->Write(first);
+    EXPECT_EQ(stream->Finish().error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  EXPECT_EQ(AwaitGauge(*quota_server, "transpose_inflight_requests", 0), 0);
+  EXPECT_EQ(quota_server->Metric(count("INVALID_ARGUMENT")).value_or(0), 0);
+  EXPECT_EQ(quota_server->Metric(count("CANCELLED")).value_or(0), kReset);
+}
+
 // A client whose connection goes silent mid-upload, without closing (its host
 // vanished, the network was cut), is noticed by keepalive: its call is
 // cancelled and its admission given back long before its deadline.
