@@ -21,9 +21,14 @@ Histogram::BucketBoundaries Decades(double low, double high) {
   return bounds;
 }
 
+// Up to an hour: a matrix of a few GiB over a slow or shared link takes
+// minutes each way.
 const Histogram::BucketBoundaries& RequestBuckets() {
-  static const auto* bounds =
-      new Histogram::BucketBoundaries(Decades(1e-4, 100));
+  static const auto* bounds = [] {
+    auto* bounds = new Histogram::BucketBoundaries(Decades(1e-4, 1000));
+    bounds->insert(bounds->end(), {1800, 3600});
+    return bounds;
+  }();
   return *bounds;
 }
 const Histogram::BucketBoundaries& KernelDurationBuckets() {
@@ -33,13 +38,15 @@ const Histogram::BucketBoundaries& KernelDurationBuckets() {
 }
 const Histogram::BucketBoundaries& BandwidthBuckets() {
   static const auto* bounds =
-      new Histogram::BucketBoundaries(Decades(1e9, 1e13));
+      new Histogram::BucketBoundaries(Decades(1e7, 1e13));
   return *bounds;
 }
+// Past 1 too: a matrix that fits a cache the calibration's copy did not
+// transposes faster than that copy.
 const Histogram::BucketBoundaries& PeakFractionBuckets() {
-  static const auto* bounds =
-      new Histogram::BucketBoundaries{0.05, 0.1, 0.2,  0.3, 0.4,  0.5,   0.6,
-                                      0.7,  0.8, 0.85, 0.9, 0.95, 0.975, 1.0};
+  static const auto* bounds = new Histogram::BucketBoundaries{
+      0.01, 0.02, 0.05, 0.1, 0.2,  0.3, 0.4,  0.5, 0.6, 0.7, 0.8,
+      0.85, 0.9,  0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 4.0};
   return *bounds;
 }
 
@@ -66,7 +73,9 @@ Metrics::Metrics(prometheus::Registry& registry, absl::string_view version)
       request_duration_(
           prometheus::BuildHistogram()
               .Name("transpose_request_duration_seconds")
-              .Help("RPC duration from start to finish, by method.")
+              .Help("RPC duration, by method: from when the service takes "
+                    "the call (a unary call once its request has arrived) "
+                    "until gRPC is done with it.")
               .Register(registry)),
       kernel_duration_(prometheus::BuildHistogram()
                            .Name("transpose_kernel_duration_seconds")
@@ -99,7 +108,8 @@ Metrics::Metrics(prometheus::Registry& registry, absl::string_view version)
       device_memory_used_(
           prometheus::BuildGauge()
               .Name("transpose_device_memory_used_bytes")
-              .Help("Memory held by the backend's buffer pools.")
+              .Help("Memory held by the backend's buffer pools: device "
+                    "memory for cuda:N, host memory for cpu.")
               .Register(registry)),
       backend_healthy_(
           prometheus::BuildGauge()
