@@ -57,6 +57,19 @@ TEST(MetricsScrapeTest, DeltaShowsChangedCountersAndMeanBandwidth) {
               HasSubstr("mean kernel bandwidth{backend=\"cpu\"} 12.00 GB/s"));
 }
 
+TEST(MetricsScrapeTest, RequestsCountedAddsEveryMethodAndCode) {
+  const MetricSamples before = {
+      {"transpose_requests_total{code=\"OK\",method=\"Transpose\"}", 10},
+      {"transpose_request_duration_seconds_count{method=\"Transpose\"}", 10},
+  };
+  MetricSamples after = before;
+  after["transpose_requests_total{code=\"OK\",method=\"Transpose\"}"] = 14;
+  after["transpose_requests_total{code=\"INTERNAL\",method=\"Transpose\"}"] = 2;
+  after["transpose_request_duration_seconds_count{method=\"Transpose\"}"] = 16;
+  EXPECT_EQ(RequestsCounted(before, after), 6);
+  EXPECT_EQ(RequestsCounted(after, after), 0);
+}
+
 TEST(MetricsScrapeTest, FetchFailsClearly) {
   absl::StatusOr<std::string> body = FetchUrl("http://127.0.0.1:1/metrics");
   EXPECT_EQ(body.status().code(), absl::StatusCode::kUnavailable);
