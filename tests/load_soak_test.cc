@@ -112,14 +112,20 @@ TEST(SoakTest, MemoryStaysFlatThroughRequestsCancellationsAndBadInput) {
     std::mt19937 rng(1000 + thread);
     for (int i = 0; i < iterations; ++i) {
       const int kind = rng() % 20;
-      if (kind < 14) {  // A good request, up to 4 MiB.
+      if (kind < 14) {  // A good request, up to 4 MiB, checked.
         const MatrixShape shape{1, 1 + rng() % 1024, 1 + rng() % 1024};
-        std::vector<uint8_t> input(shape.elements() * 4,
-                                   static_cast<uint8_t>(i));
-        if (client->Transpose({DataType::kFloat32, shape, input}).ok()) {
+        const std::vector<uint8_t> input = testing::RandomBytes(
+            shape.elements() * 4, static_cast<uint32_t>(thread * 100000 + i));
+        absl::StatusOr<TransposeResult> result =
+            client->Transpose({DataType::kFloat32, shape, input});
+        if (result.ok() &&
+            result->data == ReferenceTranspose(input, 4, shape)) {
           ++ok;
         } else {
           ++unexpected;
+          ADD_FAILURE() << ShapeToString(shape) << ": "
+                        << (result.ok() ? "wrong result"
+                                        : result.status().ToString());
         }
       } else if (kind < 17) {  // Cancelled mid-upload.
         grpc::ClientContext context;

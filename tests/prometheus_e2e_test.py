@@ -174,6 +174,9 @@ class ObservabilityTest(unittest.TestCase):
         # The CPU backend takes jobs; a faulted GPU's 0 is checked on the GPU machine
         # (reliability_test, AStickyGpuFaultTakesTheDeviceOutOfService).
         self.assertIn('\ntranspose_backend_healthy{backend="cpu"} 1\n', text)
+        version = subprocess.run([ARGS.server, "--version"], capture_output=True, text=True,
+                                 check=True).stdout.split()[-1]
+        self.assertIn(f'\ntranspose_build_info{{version="{version}"}} 1\n', text)
         # Beside the admission gauges, the limits they count against: the server's flags.
         self.assertIn(f"\ntranspose_admission_limit_bytes {self.LIMIT_BYTES}\n", text)
         self.assertIn(f"\ntranspose_admission_limit_requests {self.LIMIT_REQUESTS}\n", text)

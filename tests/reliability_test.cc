@@ -107,12 +107,22 @@ class HeldUploads {
   std::vector<std::unique_ptr<Stream>> streams_;
 };
 
-// A float32 matrix of `rows` x `cols` through the client library.
+// A random float32 matrix of `rows` x `cols` through the client library; a
+// result other than its transpose is an INTERNAL error.
 absl::Status Transpose(Client& client, uint64_t rows, uint64_t cols,
                        const CallOptions& call = {}) {
-  std::vector<uint8_t> data(rows * cols * 4, 3);
-  return client.Transpose({DataType::kFloat32, {1, rows, cols}, data}, call)
-      .status();
+  static std::atomic<uint32_t> seed{1};
+  const std::vector<uint8_t> data =
+      testing::RandomBytes(rows * cols * 4, seed++);
+  const MatrixShape shape{1, rows, cols};
+  absl::StatusOr<TransposeResult> result =
+      client.Transpose({DataType::kFloat32, shape, data}, call);
+  if (!result.ok()) return result.status();
+  if (result->data != testing::ReferenceTranspose(data, 4, shape)) {
+    return absl::InternalError(
+        absl::StrCat("wrong result for ", ShapeToString(shape)));
+  }
+  return absl::OkStatus();
 }
 
 // A TCP relay to a server port that can freeze: it then stops moving bytes

@@ -108,9 +108,40 @@ class ServiceTest : public ::testing::Test {
     } else {
       EXPECT_EQ(result->stats.backend, "cpu");
     }
-    EXPECT_GT(result->stats.kernel_seconds, 0);
-    EXPECT_GT(result->stats.bandwidth_bytes_per_second, 0);
-    EXPECT_GT(result->stats.peak_fraction, 0);
+    ExpectConsistentStats(result->stats, input.size());
+  }
+
+  // The stats of a transpose of `bytes` hold DESIGN.md's definitions: the
+  // bandwidth counts the bytes read and written over the kernel time, the peak
+  // fraction is against the calibration GetServerInfo reports for the backend
+  // that ran it, and the parts fit in the whole.
+  static void ExpectConsistentStats(const TransposeStats& stats,
+                                    uint64_t bytes) {
+    ASSERT_GT(stats.kernel_seconds, 0);
+    EXPECT_DOUBLE_EQ(stats.bandwidth_bytes_per_second,
+                     2.0 * static_cast<double>(bytes) / stats.kernel_seconds);
+    absl::StatusOr<v1::ServerInfo> info = client_->GetServerInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    double calibrated = 0;
+    for (const v1::Backend& backend : info->backends()) {
+      if (backend.name() == stats.backend) {
+        calibrated = backend.calibrated_copy_bandwidth_bytes_per_second();
+      }
+    }
+    ASSERT_GT(calibrated, 0) << "no calibration for " << stats.backend;
+    EXPECT_DOUBLE_EQ(stats.peak_fraction,
+                     stats.bandwidth_bytes_per_second / calibrated);
+    EXPECT_GE(stats.queue_seconds, 0);
+    EXPECT_GE(stats.total_seconds, stats.kernel_seconds);
+    EXPECT_GE(stats.total_seconds, stats.queue_seconds);
+    if (GpuBackend()) {
+      // CUDA events time the copies and the kernel; the total is wall clock.
+      EXPECT_GT(stats.copy_in_seconds, 0);
+      EXPECT_GT(stats.copy_out_seconds, 0);
+      EXPECT_GE(stats.total_seconds * 1.01 + 1e-4, stats.copy_in_seconds +
+                                                       stats.kernel_seconds +
+                                                       stats.copy_out_seconds);
+    }
   }
 
   static grpc::Status Unary(const v1::TransposeRequest& request) {
