@@ -138,8 +138,7 @@ class RpcScope {
   // Whose share of the admission limits the call takes: its client's host.
   const std::string& caller() const { return caller_; }
 
-  // Reply, then Record, for a call that is over once its status is handed
-  // over: returns the status to hand to gRPC.
+  // Reply, then Record: returns the status to hand to gRPC.
   grpc::Status Finish(const absl::Status& status) {
     grpc::Status reply = Reply(status);
     Record(status);
@@ -419,9 +418,11 @@ class TransposeService::StreamCall final
               EndedByTransport(context_, service_.calls_, PhaseLocked()));
         } else if (!job_started_) {
           // A short upload, or a cancellation gRPC has not marked yet: OnDone
-          // tells them apart.
+          // tells them apart, and records the call.
           upload_ended_short_ = true;
-          FinishLocked(assembler_.Finish());
+          short_upload_status_ = assembler_.Finish();
+          finished_ = true;
+          Finish(scope_.Reply(short_upload_status_));
         } else {
           half_closed_ = true;
           if (ResultSentLocked()) FinishLocked(absl::OkStatus());
@@ -479,22 +480,20 @@ class TransposeService::StreamCall final
       FinishLocked(EndedByTransport(context_, service_.calls_, PhaseLocked()));
   }
 
-  // Records the call here, where gRPC's cancelled mark is final: a read can
-  // fail for a cancellation (by the client, its deadline, a drain's end or the
-  // transport) before the mark is set, and an OK status may never arrive.
   void OnDone() override {
     bool destroy;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       done_ = true;
       destroy = !job_running_;
-      if (context_.IsCancelled() && (status_.ok() || upload_ended_short_)) {
-        scope_.Record(EndedByTransport(context_, service_.calls_,
-                                       status_.ok()
-                                           ? "before its status was delivered"
-                                           : "during the upload"));
-      } else {
-        scope_.Record(status_);
+      // gRPC's cancelled mark is final only here: an upload's read can fail
+      // for a cancellation (by the client, its deadline, a drain's end or the
+      // transport) before the mark is set, and look merely short.
+      if (upload_ended_short_) {
+        scope_.Record(context_.IsCancelled()
+                          ? EndedByTransport(context_, service_.calls_,
+                                             "during the upload")
+                          : short_upload_status_);
       }
     }
     if (destroy) delete this;
@@ -577,11 +576,9 @@ class TransposeService::StreamCall final
     StartWrite(&response_);
   }
 
-  // Sends the status; OnDone records it.
   void FinishLocked(const absl::Status& status) {
     finished_ = true;
-    status_ = status;
-    Finish(scope_.Reply(status));
+    Finish(scope_.Finish(status));
   }
 
   TransposeService& service_;
@@ -599,9 +596,9 @@ class TransposeService::StreamCall final
   bool job_running_ = false;
   bool write_pending_ = false;
   bool finished_ = false;
-  // The status sent, and whether it came from an upload that ended short.
-  absl::Status status_;
+  // Set when the upload ended before the declared bytes, with what was sent.
   bool upload_ended_short_ = false;
+  absl::Status short_upload_status_;
   bool done_ = false;
   // When a message last came in or went out, or the job last finished.
   StallWatchdog::Clock::time_point last_progress_ = StallWatchdog::Clock::now();
