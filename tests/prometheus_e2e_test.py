@@ -90,6 +90,8 @@ class ObservabilityTest(unittest.TestCase):
              f"--max_inflight_requests_per_peer={cls.LIMIT_REQUESTS_PER_PEER}",
              "--stream_idle_seconds=75"],
             stdout=subprocess.PIPE, stderr=cls.server_log, text=True)
+        # Runs even when setUpClass fails below, where tearDownClass does not.
+        cls.addClassCleanup(cls.server.kill)
         ports = {}
         while len(ports) < 2:
             line = cls.server.stdout.readline()
@@ -121,6 +123,7 @@ class ObservabilityTest(unittest.TestCase):
              f"--storage.tsdb.path={os.path.join(cls.tmp.name, 'tsdb')}",
              f"--web.listen-address={cls.prometheus_url[len('http://'):]}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cls.addClassCleanup(cls.prometheus.kill)
         wait_for(lambda: "Ready" in get(cls.prometheus_url + "/-/ready"), 60, "Prometheus ready")
         # Prometheus applies new targets a few seconds after start; load before its first
         # scrape would show as no change at all.

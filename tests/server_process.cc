@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +48,7 @@ absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return absl::InternalError("pipe failed");
   }
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     close(pipe_fds[0]);
@@ -54,6 +56,12 @@ absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
     return absl::InternalError("fork failed");
   }
   if (pid == 0) {
+    // A test binary that crashes or aborts takes its servers with it, instead
+    // of leaving them to hold ports and ctest's output pipe. (The signal comes
+    // when the forking thread ends: servers are started from the test's own
+    // thread.)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     dup2(pipe_fds[1], fd);
     if (!stderr_path.empty()) {
       const int log = open(stderr_path.c_str(),

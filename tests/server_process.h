@@ -50,7 +50,8 @@ class ServerProcess {
   // Starts `binary` with `args` plus --address=127.0.0.1:0 (and
   // --metrics_address=127.0.0.1:0 unless args set it), and waits for its
   // "listening on" line. Its log goes to `stderr_path` when given, else to
-  // this process's stderr.
+  // this process's stderr. The server is killed when the calling thread ends,
+  // so call this from the test's own thread, not one that ends before it.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       const std::string& binary, const std::vector<std::string>& args,
       absl::Duration timeout = absl::Seconds(60),
