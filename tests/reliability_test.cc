@@ -1340,7 +1340,9 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
 
 TEST_F(ReliabilityTest,
        DrainTurnsUnreadyRefusesNewCallsAndFinishesRunningOnes) {
-  auto server = Start({"--drain_seconds=10", "--unready_seconds=1.5"});
+  // Room for a loaded machine: health must be seen NOT_SERVING before the
+  // unready period (5 s) ends, and the GOAWAY within 10 s.
+  auto server = Start({"--drain_seconds=20", "--unready_seconds=5"});
   ASSERT_NE(server, nullptr);
   auto client = Connect(*server);
   auto stub = v1::TransposeService::NewStub(client->channel());
@@ -1360,7 +1362,7 @@ TEST_F(ReliabilityTest,
   kill(server->pid(), SIGTERM);
   // Health turns NOT_SERVING while calls are still taken...
   bool unready = false;
-  while (!unready && absl::Now() - signalled < absl::Seconds(1.2)) {
+  while (!unready && absl::Now() - signalled < absl::Seconds(4.5)) {
     absl::StatusOr<bool> serving = client->CheckHealth("", absl::Seconds(1));
     unready = serving.ok() && !*serving;
   }
@@ -1370,7 +1372,7 @@ TEST_F(ReliabilityTest,
   // call goes on: this client's channel leaves READY.
   grpc_connectivity_state state = client->channel()->GetState(false);
   while (state == GRPC_CHANNEL_READY &&
-         absl::Now() - signalled < absl::Seconds(5)) {
+         absl::Now() - signalled < absl::Seconds(10)) {
     client->channel()->WaitForStateChange(
         state, std::chrono::system_clock::now() + std::chrono::seconds(1));
     state = client->channel()->GetState(false);
