@@ -22,10 +22,11 @@ ctest_args=(--output-on-failure --timeout 1800)
   cd "${BUILD_DIR:-build}"
   if ((have_gpu)); then
     # The listing first: grep -q would stop reading early, and pipefail count ctest's SIGPIPE.
-    gpu_tests=$(ctest -N -L gpu)
-    if ! grep -qE "Test +#" <<<"$gpu_tests"; then
+    unbuilt_tests=$(ctest -N -L unbuilt)
+    if grep -qE "Test +#" <<<"$unbuilt_tests"; then
       echo "A GPU is visible, but this build has no CUDA backend (no nvcc at" \
-        "/usr/local/cuda/bin): the GPU tests were not built; the rest run on the CPU backend."
+        "/usr/local/cuda/bin): the GPU tests were not built and report themselves skipped;" \
+        "the rest run on the CPU backend."
     fi
     ctest "${ctest_args[@]}" "$@"
   else

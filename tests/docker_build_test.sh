@@ -21,11 +21,15 @@ BUILD_DIR="$build_dir" "$repo/scripts/package_runtime.sh" "$stage/opt/transpose"
   { echo "FAIL: package_runtime.sh failed over an earlier stage"; exit 1; }
 
 for binary in "$stage"/opt/transpose/bin/transpose "$stage"/opt/transpose/bin/transpose_server; do
-  if ldd "$binary" | grep -q "not found"; then
-    echo "FAIL: $binary has unresolved libraries:"; ldd "$binary"; exit 1
+  # Each listing whole before grep -q, which stops reading early: pipefail would count the
+  # writer's SIGPIPE.
+  libraries=$(ldd "$binary")
+  if grep -q "not found" <<<"$libraries"; then
+    echo "FAIL: $binary has unresolved libraries:"; echo "$libraries"; exit 1
   fi
-  readelf -d "$binary" | grep -q 'RPATH.*\[\$ORIGIN/\.\./lib\]' ||
-    { echo "FAIL: $binary has no \$ORIGIN/../lib RPATH"; readelf -d "$binary"; exit 1; }
+  dynamic=$(readelf -d "$binary")
+  grep -q 'RPATH.*\[\$ORIGIN/\.\./lib\]' <<<"$dynamic" ||
+    { echo "FAIL: $binary has no \$ORIGIN/../lib RPATH"; echo "$dynamic"; exit 1; }
   # Everything but the C library and the kernel's vDSO comes from the stage.
   outside=$(ldd "$binary" | awk '/=>/ {print $1, $3}' |
             grep -vE "^(libc|libm|libpthread|libdl|librt|ld-linux|linux-vdso)[.-]" |
