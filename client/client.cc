@@ -551,21 +551,45 @@ void Client::PrepareContext(grpc::ClientContext& context, absl::Time deadline,
   }
 }
 
+absl::StatusOr<uint64_t> Client::CheckCall(const MatrixView& input,
+                                           const CallOptions& call) const {
+  if (call.cancelled()) return CancelledByCaller();
+  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
+                             MatrixBytes(input.dtype, input.shape));
+  if (input.data.size() != bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "input holds %d bytes; %s %s needs %d", input.data.size(),
+        DataTypeName(input.dtype), ShapeToString(input.shape), bytes));
+  }
+  if (!call.request_id.empty()) {
+    TRANSPOSE_RETURN_IF_ERROR(api::CheckRequestId(call.request_id));
+  }
+  const absl::Duration timeout =
+      call.timeout.value_or(options_.default_timeout);
+  if (timeout <= absl::ZeroDuration()) {
+    return OwnDeadlinePassed(absl::DeadlineExceededError("Deadline Exceeded"),
+                             timeout, 1, "");
+  }
+  return bytes;
+}
+
 absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
                                                   const CallOptions& call) {
-  if (call.cancelled()) return CancelledByCaller();  // Before allocating.
+  // Everything that would refuse the call is checked before the allocation,
+  // which for a large matrix takes a while and may fail.
+  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes, CheckCall(input, call));
   TransposeResult result;
   result.dtype = input.dtype;
   result.shape = input.shape.Transposed();
   try {
-    result.data.resize(input.data.size());
+    result.data.resize(bytes);
   } catch (const std::bad_alloc&) {
     // A status, as every other failure: a caller that sizes its work by what
     // the machine holds must not have to catch.
     return absl::ResourceExhaustedError(absl::StrFormat(
         "out of memory for the %d-byte result (TransposeInto writes into a "
         "buffer of the caller's)",
-        input.data.size()));
+        bytes));
   }
   TRANSPOSE_ASSIGN_OR_RETURN(
       result.stats, TransposeInto(input, absl::MakeSpan(result.data), call));
@@ -575,20 +599,10 @@ absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
 absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
                                                      absl::Span<uint8_t> output,
                                                      const CallOptions& call) {
-  if (call.cancelled()) return CancelledByCaller();
-  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes,
-                             MatrixBytes(input.dtype, input.shape));
-  if (input.data.size() != bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "input holds %d bytes; %s %s needs %d", input.data.size(),
-        DataTypeName(input.dtype), ShapeToString(input.shape), bytes));
-  }
+  TRANSPOSE_ASSIGN_OR_RETURN(const uint64_t bytes, CheckCall(input, call));
   if (output.size() != bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "output holds %d bytes; the result needs %d", output.size(), bytes));
-  }
-  if (!call.request_id.empty()) {
-    TRANSPOSE_RETURN_IF_ERROR(api::CheckRequestId(call.request_id));
   }
   CallOptions named = call;
   if (named.request_id.empty()) named.request_id = api::NewRequestId();

@@ -355,6 +355,11 @@ class Client {
   // connection that never came says so: "; no connection to TARGET was made
   // (wait_for_ready)" while no connection is ready, else "".
   std::string UnconnectedNote() const;
+  // What refuses a call before anything is allocated or sent: a cancelled
+  // canceller, an inconsistent input, a bad request id, no time. The
+  // matrix's size in bytes otherwise.
+  absl::StatusOr<uint64_t> CheckCall(const MatrixView& input,
+                                     const CallOptions& call) const;
   // A call's deadline: `timeout` from now, or the client's default.
   absl::Time DeadlineAfter(std::optional<absl::Duration> timeout) const;
   // TransposeInto's attempts, under `call.request_id`.

@@ -93,6 +93,44 @@ TEST(ClientTransposeTest, AResultThatDoesNotFitInMemoryIsResourceExhausted) {
                            "result"));
 }
 
+// A call that would be refused is refused before its result is allocated:
+// with no time, an inconsistent input or a bad request id, a 1 PiB matrix is
+// not RESOURCE_EXHAUSTED (nor, under AddressSanitizer, the end of the
+// process).
+TEST(ClientTransposeTest, RefusalsComeBeforeTheResultIsAllocated) {
+  ClientOptions options;
+  options.target = "127.0.0.1:1";
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  constexpr uint64_t kSide = uint64_t{1} << 25;  // A 1 PiB matrix of bytes.
+  const uint8_t byte = 0;
+  const auto span = absl::MakeConstSpan(&byte, kSide * kSide);
+  const MatrixView input{DataType::kUInt8, MatrixShape::Matrix(kSide, kSide),
+                         span};
+
+  CallOptions no_time;
+  no_time.timeout = absl::ZeroDuration();
+  absl::Status status = (*client)->Transpose(input, no_time).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+
+  CallOptions bad_id;
+  bad_id.request_id = "two words";
+  status = (*client)->Transpose(input, bad_id).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+
+  status = (*client)
+               ->Transpose({DataType::kUnspecified,
+                            MatrixShape::Matrix(kSide, kSide), span})
+               .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  status = (*client)
+               ->Transpose(
+                   {DataType::kUInt16, MatrixShape::Matrix(kSide, kSide), span})
+               .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("input holds"));
+}
+
 // A call that waits for a connection that never comes is marked so, where a
 // call refused at once, or one whose server answered too late, is not.
 TEST(MadeNoConnectionTest, MarksOnlyAWaitThatFoundNoServer) {
