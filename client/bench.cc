@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -16,16 +17,13 @@
 #include "server/core/status_macros.h"
 
 namespace transpose {
-namespace {
-
-double Percentile(const std::vector<double>& sorted, double p) {
+double NearestRankPercentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
-  const size_t index =
-      std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
-  return sorted[index];
+  const double rank = std::ceil(p * static_cast<double>(sorted.size()));
+  return sorted[std::clamp<size_t>(static_cast<size_t>(rank), 1,
+                                   sorted.size()) -
+                1];
 }
-
-}  // namespace
 
 absl::Status CheckBenchOptions(const BenchOptions& options) {
   // A thread each: past thousands, one fails to start and ends the process.
@@ -48,13 +46,12 @@ absl::Status CheckBenchOptions(const BenchOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status CheckBenchFits(Client& client, const BenchOptions& options) {
+absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
+                            absl::Duration info_timeout) {
   TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
   const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
-  const absl::Duration timeout =
-      options.call.timeout.value_or(absl::Seconds(10));
   TRANSPOSE_ASSIGN_OR_RETURN(const v1::ServerInfo info,
-                             client.GetServerInfo(timeout));
+                             client.GetServerInfo(info_timeout));
   TRANSPOSE_RETURN_IF_ERROR(
       CheckMatrixUnderLimit(info.limits(), options.dtype, options.shape));
   const uint64_t buffers =
@@ -116,13 +113,15 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
       const absl::Duration wait =
           options.count > 0 ? backoff : std::min(backoff, end - absl::Now());
       if (wait > absl::ZeroDuration()) options.call.SleepUnlessCancelled(wait);
+      // A run that is over is not cut short by a signal that comes after.
+      if (options.count > 0 ? issued.load() >= options.count
+                            : absl::Now() >= end)
+        break;
       if (options.call.cancelled()) {
         cut_short = true;
         break;
       }
-      if (options.count > 0 ? issued.fetch_add(1) >= options.count
-                            : absl::Now() >= end)
-        break;
+      if (options.count > 0 && issued.fetch_add(1) >= options.count) break;
       const absl::Time t0 = absl::Now();
       absl::StatusOr<TransposeStats> stats =
           client.TransposeInto(view, absl::MakeSpan(output), options.call);
@@ -162,9 +161,9 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   report.stopped = cut_short;
   std::sort(latencies.begin(), latencies.end());
-  report.p50_seconds = Percentile(latencies, 0.50);
-  report.p90_seconds = Percentile(latencies, 0.90);
-  report.p99_seconds = Percentile(latencies, 0.99);
+  report.p50_seconds = NearestRankPercentile(latencies, 0.50);
+  report.p90_seconds = NearestRankPercentile(latencies, 0.90);
+  report.p99_seconds = NearestRankPercentile(latencies, 0.99);
   report.max_seconds = latencies.empty() ? 0 : latencies.back();
   report.requests_per_second = report.requests / report.seconds;
   report.bytes_per_second = 2.0 * bytes * report.requests / report.seconds;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -57,11 +58,16 @@ inline constexpr int kMaxBenchConcurrency = 1024;
 absl::Status CheckBenchOptions(const BenchOptions& options);
 
 // Whether the bench can run against this server on this machine, asked before
-// anything is allocated or timed: INVALID_ARGUMENT for a matrix over the
-// server's limit, RESOURCE_EXHAUSTED when its buffers (the input, the expected
-// result, one result per request in flight) exceed this machine's memory, or
-// GetServerInfo's error.
-absl::Status CheckBenchFits(Client& client, const BenchOptions& options);
+// anything is allocated or timed: RESOURCE_EXHAUSTED for a matrix over the
+// server's limit, or when its buffers (the input, the expected result, one
+// result per request in flight) exceed this machine's memory; or
+// GetServerInfo's error, which waits `info_timeout` at most.
+absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
+                            absl::Duration info_timeout = absl::Seconds(5));
+
+// The nearest-rank percentile (0 < p <= 1) of `sorted` values: the smallest
+// value with at least p of them at or below it. 0 for none.
+double NearestRankPercentile(const std::vector<double>& sorted, double p);
 
 // Runs the bench; CheckBenchOptions first (CheckBenchFits is the caller's).
 absl::StatusOr<BenchReport> RunBench(Client& client,

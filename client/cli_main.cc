@@ -756,7 +756,9 @@ int RunBenchCommand() {
   absl::StatusOr<std::unique_ptr<Client>> client =
       MakeClient(/*default_attempts=*/1);
   if (!client.ok()) return FailHere(client.status());
-  if (absl::Status fits = CheckBenchFits(**client, options); !fits.ok()) {
+  if (absl::Status fits =
+          CheckBenchFits(**client, options, Deadline(/*quick_call=*/true));
+      !fits.ok()) {
     return Fail(fits);
   }
   const std::string metrics_url = absl::GetFlag(FLAGS_metrics_url);

@@ -242,17 +242,19 @@ class CliReadmeTest(unittest.TestCase):
         self.assertNotIn("a longer --deadline", result.stderr)
 
     def test_health_of_a_hung_server_gives_up_within_seconds(self):
-        # A listener that accepts and never answers: without --deadline, health and info wait
-        # 5 s, not the transfers' 10 minutes. Health exits 4 (no answer in time from a server
-        # that took the connection), which a liveness probe can tell from 3 (out of reach).
+        # A listener that accepts and never answers: without --deadline, health and info (and
+        # bench's question of the server's limits) wait 5 s, not the transfers' 10 minutes.
+        # Health exits 4 (no answer in time from a server that took the connection), which a
+        # liveness probe can tell from 3 (out of reach).
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", 0))
             listener.listen(8)
             target = f"--server=127.0.0.1:{listener.getsockname()[1]}"
-            for command in ("health", "info"):
+            for command in ("health", "info", "bench"):
                 start = time.time()
-                result = subprocess.run([ARGS.cli, target, command], capture_output=True,
-                                        text=True, timeout=120)
+                result = subprocess.run([ARGS.cli, target, command]
+                                        + (["--count=1"] if command == "bench" else []),
+                                        capture_output=True, text=True, timeout=120)
                 self.assertEqual(result.returncode, 4 if command == "health" else 1,
                                  result.stderr)
                 self.assertIn("DEADLINE_EXCEEDED", result.stderr)
