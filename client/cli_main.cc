@@ -284,8 +284,7 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
       options.bearer_token = *std::move(token);
     }
   }
-  if (!absl::GetFlag(FLAGS_token_file).empty() && !options.tls &&
-      options.tls_root_certs_pem.empty()) {
+  if (!absl::GetFlag(FLAGS_token_file).empty() && !UsesTls(options)) {
     std::fprintf(stderr,
                  "warning: the --token_file token goes to %s in plaintext "
                  "(give --tls or --tls_ca to encrypt it)\n",

@@ -148,6 +148,12 @@ bool ResetByTransportQuota(const absl::Status& status) {
 
 bool IsRetryable(const absl::Status& status) { return IsRetryLater(status); }
 
+bool UsesTls(const ClientOptions& options) {
+  return options.tls || !options.tls_root_certs_pem.empty() ||
+         !options.tls_cert_chain_pem.empty() ||
+         !options.tls_private_key_pem.empty();
+}
+
 bool MadeNoConnection(const absl::Status& status) {
   return status.GetPayload(kNoConnectionPayload).has_value();
 }
@@ -462,9 +468,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       grpc::InsecureChannelCredentials();
-  if (options.tls || !options.tls_root_certs_pem.empty() ||
-      !options.tls_cert_chain_pem.empty() ||
-      !options.tls_private_key_pem.empty()) {
+  if (UsesTls(options)) {
     if (options.tls_cert_chain_pem.empty() !=
         options.tls_private_key_pem.empty()) {
       return absl::InvalidArgumentError(

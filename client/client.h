@@ -260,6 +260,9 @@ struct TransposeResult {
   TransposeStats stats;
 };
 
+// Whether a client of `options` talks TLS: `tls` set, or any PEM given.
+bool UsesTls(const ClientOptions& options);
+
 // The one token of a bearer-token file (ClientOptions::bearer_token_file):
 // INVALID_ARGUMENT, naming `path`, for a file with none, with a line a header
 // cannot carry, or with several (a server's token file may list two while one

@@ -356,6 +356,15 @@ class CliReadmeTest(unittest.TestCase):
         result = self.cli("--token_file=" + self.path("token"), "health")
         self.assertIn("plaintext", result.stderr)
         self.assertNotIn("plaintext", self.cli("health").stderr)
+        # A client certificate turns TLS on (with the system's roots): no warning.
+        for name, kind in (("cert.pem", "CERTIFICATE"), ("key.pem", "PRIVATE KEY")):
+            with open(self.path(name), "w") as f:
+                f.write(f"-----BEGIN {kind}-----\nAAAA\n-----END {kind}-----\n")
+        over_tls = self.cli("--token_file=" + self.path("token"), "--deadline=2s",
+                            "--tls_cert=" + self.path("cert.pem"),
+                            "--tls_key=" + self.path("key.pem"), "health", check=False)
+        self.assertNotIn("plaintext", over_tls.stderr)
+        self.assertIn("error:", over_tls.stderr)  # TLS against this plaintext server.
         # A pipe, which cannot be read twice, is read once.
         piped = subprocess.run([ARGS.cli, f"--server={self.target}", "--token_file=/dev/stdin",
                                 "health"], input="secret\n", capture_output=True, text=True,
