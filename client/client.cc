@@ -655,6 +655,11 @@ absl::StatusOr<TransposeStats> Client::TransposeAttempts(
   absl::Duration backoff = options_.initial_backoff;
   for (int attempt = 1;; ++attempt) {
     if (call.cancelled()) return CancelledByCaller();
+    // A progress display can then time the attempt from its start, not from
+    // the failed one's last chunk.
+    if (attempt > 1 && call.on_progress) {
+      call.on_progress({0, 0, output.size(), attempt});
+    }
     RetryAdvice advice;
     absl::StatusOr<TransposeStats> stats =
         unary ? Unary(input, output, call, attempt, deadline, advice)

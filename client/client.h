@@ -1,5 +1,6 @@
 // The C++ client library of the transpose service. A Client is cheap to share:
-// every method is safe to call from many threads at once over the one channel.
+// every method is safe to call from many threads at once, over its channels
+// (ClientOptions::connections).
 #ifndef TRANSPOSE_CLIENT_CLIENT_H_
 #define TRANSPOSE_CLIENT_CLIENT_H_
 
@@ -228,9 +229,11 @@ struct CallOptions {
   std::optional<absl::Duration> timeout;
   // Streams even when the matrix would fit a unary message.
   bool force_stream = false;
-  // Called after each chunk sent or received, on the calling thread, between
-  // the transfer's steps: keep it quick (it holds up the transfer) and do not
-  // throw. A retried call starts again from zero.
+  // Called after each chunk sent or received (a unary call: once, with its
+  // result), on the calling thread, between the transfer's steps: keep it
+  // quick (it holds up the transfer) and do not throw. A retried call starts
+  // again from zero: each attempt after the first is reported, with zero
+  // bytes, as it begins.
   std::function<void(const TransferProgress&)> on_progress;
   // Ends the call CANCELLED when cancelled; must outlive the call.
   CallCanceller* canceller = nullptr;

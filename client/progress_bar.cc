@@ -28,7 +28,8 @@ void ProgressBar::Update(const TransferProgress& progress) {
   last_ = progress;
   undrawn_ = true;
   const absl::Time now = clock_();
-  if (new_attempt) attempt_start_ = last_update_;
+  // The library reports a new attempt, with zero bytes, as it begins.
+  if (new_attempt) attempt_start_ = now;
   last_update_ = now;
   // Short transfers draw nothing; the rest redraw at most every 100 ms, except
   // for the last update of each direction: the bar shows the whole upload

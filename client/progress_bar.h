@@ -37,9 +37,9 @@ class ProgressBar {
   std::FILE* const out_;
   const std::function<absl::Time()> clock_;
   const absl::Time start_;
-  // Roughly when the attempt on the screen began (the previous attempt's last
-  // update): its bytes over its own time give the rate, a retried call's
-  // earlier tries left out.
+  // When the attempt on the screen began (its first update): its bytes over
+  // its own time give the rate, a retried call's earlier tries and the waits
+  // between them left out.
   absl::Time attempt_start_;
   absl::Time last_update_;
   absl::Time last_draw_ = absl::InfinitePast();
