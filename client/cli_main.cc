@@ -37,6 +37,8 @@
 #include "server/core/files.h"
 #include "server/core/log.h"
 #include "server/core/process.h"
+#include "server/core/status_macros.h"
+#include "server/core/tls_files.h"
 #include "server/core/token_file.h"
 
 #ifndef TRANSPOSE_VERSION
@@ -261,13 +263,32 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
           contents.status().code(),
           absl::StrCat("--", file.flag, ": ", contents.status().message()));
     }
-    // gRPC would take anything and fail later with "empty address list".
-    if (!absl::StrContains(*contents, "-----BEGIN ")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", file.flag, ": ", file.path,
-                       " is not PEM (no -----BEGIN line)"));
-    }
     *file.contents = *std::move(contents);
+  }
+  // gRPC would take any of them and fail every call with "empty address list",
+  // as if the server were out of reach (which the client retries).
+  const auto name_file = [](const PemFlag& file, const absl::Status& status) {
+    return status.ok()
+               ? status
+               : absl::Status(status.code(),
+                              absl::StrCat("--", file.flag, ": ", file.path,
+                                           " ", status.message()));
+  };
+  const PemFlag& ca = pem_flags[0];
+  const PemFlag& cert = pem_flags[1];
+  const PemFlag& key = pem_flags[2];
+  if (!ca.path.empty()) {
+    TRANSPOSE_RETURN_IF_ERROR(
+        name_file(ca, CheckPemCertificates(options.tls_root_certs_pem)));
+  }
+  if (!cert.path.empty()) {
+    TRANSPOSE_RETURN_IF_ERROR(
+        name_file(cert, CheckPemCertificates(options.tls_cert_chain_pem)));
+  }
+  if (!cert.path.empty() && !key.path.empty()) {
+    TRANSPOSE_RETURN_IF_ERROR(name_file(
+        key, CheckPemKeyMatchesCertificate(options.tls_private_key_pem,
+                                           options.tls_cert_chain_pem)));
   }
   // Read here to name the flag in its errors; the client reads a file again
   // as it changes, and a pipe (`<(vault read ...)`) cannot be read twice.

@@ -47,7 +47,7 @@
 #include "server/grpc_server.h"
 #include "server/metrics.h"
 #include "server/nvml_collector.h"
-#include "server/tls_files.h"
+#include "server/core/tls_files.h"
 #include "server/transpose_service.h"
 
 #ifndef TRANSPOSE_VERSION

@@ -335,7 +335,7 @@ class CliReadmeTest(unittest.TestCase):
                  "--rows=3", "--cols=4", "--batch=1")
         result = self.cli(f"--tls_ca={self.path('m.npy')}", "health", check=False)
         self.assertEqual(result.returncode, 3)
-        self.assertIn(f"--tls_ca: {self.path('m.npy')} is not PEM", result.stderr)
+        self.assertIn(f"--tls_ca: {self.path('m.npy')} holds no PEM certificate", result.stderr)
         result = self.cli("--token_file=" + self.path("missing"), "health", check=False)
         self.assertEqual(result.returncode, 3)
         self.assertIn("--token_file: cannot open", result.stderr)
@@ -357,14 +357,45 @@ class CliReadmeTest(unittest.TestCase):
         self.assertIn("plaintext", result.stderr)
         self.assertNotIn("plaintext", self.cli("health").stderr)
         # A client certificate turns TLS on (with the system's roots): no warning.
-        for name, kind in (("cert.pem", "CERTIFICATE"), ("key.pem", "PRIVATE KEY")):
-            with open(self.path(name), "w") as f:
-                f.write(f"-----BEGIN {kind}-----\nAAAA\n-----END {kind}-----\n")
+        self.make_certificate("client")
         over_tls = self.cli("--token_file=" + self.path("token"), "--deadline=2s",
-                            "--tls_cert=" + self.path("cert.pem"),
-                            "--tls_key=" + self.path("key.pem"), "health", check=False)
+                            "--tls_cert=" + self.path("client.crt"),
+                            "--tls_key=" + self.path("client.key"), "health", check=False)
         self.assertNotIn("plaintext", over_tls.stderr)
-        self.assertIn("error:", over_tls.stderr)  # TLS against this plaintext server.
+        self.assertIn("UNAVAILABLE", over_tls.stderr)  # TLS against this plaintext server.
+
+    def make_certificate(self, name):
+        """A self-signed certificate NAME.crt with its key NAME.key, in the test's folder."""
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+                        "-keyout", self.path(name + ".key"), "-out", self.path(name + ".crt")],
+                       check=True, capture_output=True, timeout=60)
+
+    def test_tls_files_that_cannot_work_are_named_before_any_call(self):
+        # gRPC would take them, and fail every call UNAVAILABLE as if the server were out of
+        # reach (and the client would retry that).
+        self.make_certificate("one")
+        self.make_certificate("two")
+        for flags, message in (
+                ([f"--tls_cert={self.path('one.crt')}", f"--tls_key={self.path('two.key')}"],
+                 f"--tls_key: {self.path('two.key')} is not the key of the certificate chain's"),
+                ([f"--tls_ca={self.path('one.key')}"],
+                 f"--tls_ca: {self.path('one.key')} holds no PEM certificate"),
+                ([f"--tls_cert={self.path('one.key')}", f"--tls_key={self.path('one.key')}"],
+                 f"--tls_cert: {self.path('one.key')} holds no PEM certificate"),
+                ([f"--tls_cert={self.path('one.crt')}", f"--tls_key={self.path('one.crt')}"],
+                 f"--tls_key: {self.path('one.crt')} holds no unencrypted PEM private key")):
+            for command, code in (("health", 3), ("info", 1)):
+                result = self.cli(*flags, command, check=False)
+                self.assertEqual(result.returncode, code, f"{flags}: {result.stderr}")
+                self.assertIn(message, result.stderr, flags)
+                self.assertNotIn("UNAVAILABLE", result.stderr, flags)
+        # The pair that matches, with its own certificate as the roots, passes the checks (and
+        # then meets this plaintext server).
+        result = self.cli(f"--tls_ca={self.path('one.crt')}", f"--tls_cert={self.path('one.crt')}",
+                          f"--tls_key={self.path('one.key')}", "--deadline=2s", "info",
+                          check=False)
+        self.assertIn("UNAVAILABLE", result.stderr)
         # A pipe, which cannot be read twice, is read once.
         piped = subprocess.run([ARGS.cli, f"--server={self.target}", "--token_file=/dev/stdin",
                                 "health"], input="secret\n", capture_output=True, text=True,

@@ -1,8 +1,8 @@
-// Checks of the TLS files a server is given, before gRPC takes them: gRPC
-// reports a key that does not match its certificate, or a file that is no
-// certificate at all, only as a failure to listen.
-#ifndef TRANSPOSE_SERVER_TLS_FILES_H_
-#define TRANSPOSE_SERVER_TLS_FILES_H_
+// Checks of TLS files before gRPC takes them: gRPC reports a key that does not
+// match its certificate, or a file that is no certificate at all, only as a
+// failure to listen (a server) or to connect (a client, which then retries).
+#ifndef TRANSPOSE_SERVER_CORE_TLS_FILES_H_
+#define TRANSPOSE_SERVER_CORE_TLS_FILES_H_
 
 #include <string>
 
@@ -36,4 +36,4 @@ absl::StatusOr<CertificateFacts> ReadFirstCertificate(
 
 }  // namespace transpose
 
-#endif  // TRANSPOSE_SERVER_TLS_FILES_H_
+#endif  // TRANSPOSE_SERVER_CORE_TLS_FILES_H_

@@ -1,4 +1,4 @@
-#include "server/tls_files.h"
+#include "server/core/tls_files.h"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
