@@ -39,6 +39,7 @@
 #include "server/core/notification.h"
 #include "server/core/process.h"
 #include "server/core/status_macros.h"
+#include "server/core/tls_files.h"
 #include "server/core/token_file.h"
 #include "server/cpu_backend.h"
 #include "server/cuda_backend.h"
@@ -47,7 +48,6 @@
 #include "server/grpc_server.h"
 #include "server/metrics.h"
 #include "server/nvml_collector.h"
-#include "server/core/tls_files.h"
 #include "server/transpose_service.h"
 
 #ifndef TRANSPOSE_VERSION
