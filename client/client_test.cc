@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "server/core/retry.h"
+#include "tests/refused_port.h"
 
 namespace transpose {
 namespace {
@@ -136,7 +137,8 @@ TEST(ClientTransposeTest, RefusalsComeBeforeTheResultIsAllocated) {
 TEST(MadeNoConnectionTest, MarksOnlyAWaitThatFoundNoServer) {
   for (const bool wait_for_ready : {false, true}) {
     ClientOptions options;
-    options.target = "127.0.0.1:1";  // Nothing listens on port 1.
+    const testing::RefusedPort refused;
+    options.target = refused.address();
     options.wait_for_ready = wait_for_ready;
     options.max_attempts = 1;
     options.connections = 1;

@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/refused_port.h"
 
 namespace transpose {
 namespace {
@@ -71,7 +72,9 @@ TEST(MetricsScrapeTest, RequestsCountedAddsEveryMethodAndCode) {
 }
 
 TEST(MetricsScrapeTest, FetchFailsClearly) {
-  absl::StatusOr<std::string> body = FetchUrl("http://127.0.0.1:1/metrics");
+  const testing::RefusedPort refused;
+  absl::StatusOr<std::string> body =
+      FetchUrl("http://" + refused.address() + "/metrics");
   EXPECT_EQ(body.status().code(), absl::StatusCode::kUnavailable);
 }
 

@@ -41,6 +41,15 @@ def same(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
+def refused_address(test):
+    """A loopback address that refuses connections for the rest of `test`: a port bound and never
+    listening, held so that no other process takes it."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    test.addCleanup(held.close)
+    return "127.0.0.1:%d" % held.getsockname()[1]
+
+
 class CliReadmeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -207,7 +216,8 @@ class CliReadmeTest(unittest.TestCase):
 
     def test_health_of_a_dead_server_fails(self):
         # 3: no answer, which a probe can tell from an answer of NOT_SERVING (1).
-        result = subprocess.run([ARGS.cli, "--server=127.0.0.1:1", "--deadline=2s", "health"],
+        result = subprocess.run([ARGS.cli, f"--server={refused_address(self)}", "--deadline=2s",
+                                 "health"],
                                 capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 3)
         self.assertIn("UNAVAILABLE", result.stderr)
@@ -215,7 +225,8 @@ class CliReadmeTest(unittest.TestCase):
     def test_wait_for_ready_waits_out_the_deadline_for_a_server_out_of_reach(self):
         # Without the flag, info fails UNAVAILABLE at once; with it, it waits for the server up to
         # its deadline. Health answers for now either way.
-        base = [ARGS.cli, "--server=127.0.0.1:1", "--deadline=3s"]
+        refused = refused_address(self)
+        base = [ARGS.cli, f"--server={refused}", "--deadline=3s"]
         for flags, command, code, error in (
                 ([], "info", 1, "UNAVAILABLE"),
                 (["--wait_for_ready"], "info", 1, "DEADLINE_EXCEEDED"),
@@ -228,7 +239,7 @@ class CliReadmeTest(unittest.TestCase):
             self.assertIn(error, result.stderr)
             if error == "DEADLINE_EXCEEDED":
                 self.assertGreaterEqual(elapsed, 2.5, flags)
-                self.assertIn("no connection to 127.0.0.1:1 was made (wait_for_ready)",
+                self.assertIn(f"no connection to {refused} was made (wait_for_ready)",
                               result.stderr)
         # A transfer says so too.
         np.save(self.path("w.npy"), np.ones((3, 4), np.float32))
@@ -237,7 +248,7 @@ class CliReadmeTest(unittest.TestCase):
                                         f"--out={self.path('w_t.npy')}"],
                                 capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 1, result.stderr)
-        self.assertIn("(the call's timeout of 3s passed; no connection to 127.0.0.1:1 was made "
+        self.assertIn(f"(the call's timeout of 3s passed; no connection to {refused} was made "
                       "(wait_for_ready))", result.stderr)
         self.assertNotIn("a longer --deadline", result.stderr)
 

@@ -7,6 +7,7 @@ Usage: python_client_test.py --repo REPO --server PATH_TO_transpose_server
 """
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -369,8 +370,11 @@ class PythonClientTest(unittest.TestCase):
             run = self.cli_transposes_a_file_of(array, tmp)
             self.assertIn("(2, 30, 17)", run.stdout)
             # A server out of reach: an error line and exit 1, after its attempts.
+            refused = socket.socket()  # Bound and never listening: connections are refused.
+            refused.bind(("127.0.0.1", 0))
+            self.addCleanup(refused.close)
             run = self.cli("--attempts=2", os.path.join(tmp, "a.npy"), os.path.join(tmp, "b.npy"),
-                           server="127.0.0.1:1")
+                           server="127.0.0.1:%d" % refused.getsockname()[1])
             self.assertEqual(run.returncode, 1)
             self.assertIn("error: UNAVAILABLE", run.stderr)
 
