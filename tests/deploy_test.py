@@ -498,48 +498,59 @@ class DeployTest(unittest.TestCase):
                               config_map["data"]["transpose.json"]))
         self.assertEqual(uids, {"prometheus"})
 
+    def test_the_base_deployment_uses_real_flags_ports_and_probes(self):
+        """The Deployment as deploy/k8s/base holds it, read without kustomize (so it is checked
+        where no kubectl renders the overlays): what each overlay's rendered one is checked for."""
+        with open(os.path.join(ARGS.repo, "deploy/k8s/base/deployment.yaml")) as f:
+            self.check_deployment("base", yaml.safe_load(f))
+
+    def check_deployment(self, name, deployment):
+        """Its server's flags are real, its ports and probes match them, the drain fits the grace
+        period, the memory limit fits the flags, and each client pod gets a share."""
+        pod = deployment["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        uses = flag_uses(container["args"])
+        self.assertLessEqual(set(uses), self.server_flags, name)
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        self.assertEqual(uses["address"].rsplit(":", 1)[1], str(ports["grpc"]), name)
+        self.assertEqual(uses["metrics_address"].rsplit(":", 1)[1], str(ports["metrics"]), name)
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            self.check_probe(name, container, probe, ports["grpc"], "tls_cert" in uses)
+        self.assertIn("nvidia.com/gpu", container["resources"]["limits"])
+        # The preStop pause, the unready phase and the drain fit in the grace period.
+        command = container["lifecycle"]["preStop"]["exec"]["command"]
+        self.assertEqual(command[0], "sleep", name)
+        pause = float(command[1])
+        unready = float(uses.get("unready_seconds", self.server_default("unready_seconds")))
+        self.assertGreater(pod["terminationGracePeriodSeconds"],
+                           float(uses["drain_seconds"]) + pause + unready)
+        self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        self.assertIs(pod["automountServiceAccountToken"], False)
+        spread = pod["topologySpreadConstraints"][0]
+        self.assertEqual(spread["topologyKey"], "kubernetes.io/hostname")
+        self.assertEqual(spread["labelSelector"]["matchLabels"],
+                         {k: v for k, v in deployment["spec"]["selector"]["matchLabels"].items()
+                          if k in spread["labelSelector"]["matchLabels"]})
+        # The HPA owns the replica count: an apply must not reset it.
+        self.assertNotIn("replicas", deployment["spec"], name)
+        self.check_memory_budget(name, container, uses)
+        # Each flag once: the server would take the last silently, and a reader the first.
+        names = [re.match(r"--(\w+)", arg).group(1) for arg in container["args"]]
+        self.assertEqual(len(names), len(set(names)), f"{name}: {names}")
+        # One client pod gets a share of the budget, not all of it.
+        for limit in ("max_inflight_bytes", "max_inflight_requests"):
+            total = int(uses.get(limit, self.server_default(limit)))
+            per_peer = int(uses[limit + "_per_peer"])
+            self.assertTrue(0 < per_peer < total, f"{name}: {limit}_per_peer={per_peer}")
+        # A client pod's share takes the largest matrix the pod takes.
+        self.assertGreaterEqual(int(uses["max_inflight_bytes_per_peer"]),
+                                int(uses.get("max_matrix_bytes",
+                                             self.server_default("max_matrix_bytes"))))
+
     @needs_kustomize
     def test_manifests_use_real_flags_ports_and_names(self):
         for name, deployment in self.objects("Deployment"):
-            pod = deployment["spec"]["template"]["spec"]
-            container = pod["containers"][0]
-            uses = flag_uses(container["args"])
-            self.assertLessEqual(set(uses), self.server_flags, name)
-            ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-            self.assertEqual(uses["address"].rsplit(":", 1)[1], str(ports["grpc"]), name)
-            self.assertEqual(uses["metrics_address"].rsplit(":", 1)[1], str(ports["metrics"]), name)
-            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-                self.check_probe(name, container, probe, ports["grpc"], "tls_cert" in uses)
-            self.assertIn("nvidia.com/gpu", container["resources"]["limits"])
-            # The preStop pause, the unready phase and the drain fit in the grace period.
-            command = container["lifecycle"]["preStop"]["exec"]["command"]
-            self.assertEqual(command[0], "sleep", name)
-            pause = float(command[1])
-            unready = float(uses.get("unready_seconds", self.server_default("unready_seconds")))
-            self.assertGreater(pod["terminationGracePeriodSeconds"],
-                               float(uses["drain_seconds"]) + pause + unready)
-            self.assertTrue(pod["securityContext"]["runAsNonRoot"])
-            self.assertIs(pod["automountServiceAccountToken"], False)
-            spread = pod["topologySpreadConstraints"][0]
-            self.assertEqual(spread["topologyKey"], "kubernetes.io/hostname")
-            self.assertEqual(spread["labelSelector"]["matchLabels"],
-                             {k: v for k, v in deployment["spec"]["selector"]["matchLabels"].items()
-                              if k in spread["labelSelector"]["matchLabels"]})
-            # The HPA owns the replica count: an apply must not reset it.
-            self.assertNotIn("replicas", deployment["spec"], name)
-            self.check_memory_budget(name, container, uses)
-            # Each flag once: the server would take the last silently, and a reader the first.
-            names = [re.match(r"--(\w+)", arg).group(1) for arg in container["args"]]
-            self.assertEqual(len(names), len(set(names)), f"{name}: {names}")
-            # One client pod gets a share of the budget, not all of it.
-            for limit in ("max_inflight_bytes", "max_inflight_requests"):
-                total = int(uses.get(limit, self.server_default(limit)))
-                per_peer = int(uses[limit + "_per_peer"])
-                self.assertTrue(0 < per_peer < total, f"{name}: {limit}_per_peer={per_peer}")
-            # A client pod's share takes the largest matrix the pod takes.
-            self.assertGreaterEqual(int(uses["max_inflight_bytes_per_peer"]),
-                                    int(uses.get("max_matrix_bytes",
-                                                 self.server_default("max_matrix_bytes"))))
+            self.check_deployment(name, deployment)
         services = {s["metadata"]["name"]: s for _, s in self.objects("Service")}
         self.assertEqual(services["transpose-headless"]["spec"]["clusterIP"], "None")
         for _, monitor in self.objects("ServiceMonitor"):
