@@ -61,6 +61,19 @@ TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
          o.max_backoff = absl::Seconds(2);
        },
        "backoff from 3s to 2s"},
+      {[](ClientOptions& o) { o.initial_backoff = absl::Seconds(-1); },
+       "backoff from -1s to"},
+      {[](ClientOptions& o) { o.bearer_token = "a b"; },
+       "bearer_token holds a character that is not visible ASCII"},
+      {[](ClientOptions& o) {
+         o.bearer_token = "a";
+         o.bearer_token_file = "/nonexistent";
+       },
+       "bearer_token and bearer_token_file are both set"},
+      {[](ClientOptions& o) { o.tls_cert_chain_pem = "cert"; },
+       "a client certificate needs its key"},
+      {[](ClientOptions& o) { o.tls_private_key_pem = "key"; },
+       "a client certificate needs its key"},
       {[](ClientOptions& o) { o.target = ""; }, "no target given"},
   };
   for (const auto& [change, message] : refused) {
@@ -130,6 +143,15 @@ TEST(ClientTransposeTest, RefusalsComeBeforeTheResultIsAllocated) {
                .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr("input holds"));
+  // TransposeInto's output must take exactly the result.
+  std::vector<uint8_t> small_input(12), small_output(11);
+  status = (*client)
+               ->TransposeInto(
+                   {DataType::kFloat32, MatrixShape::Matrix(1, 3), small_input},
+                   absl::MakeSpan(small_output))
+               .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("output holds 11 bytes"));
 }
 
 // A call that waits for a connection that never comes is marked so, where a
