@@ -135,9 +135,10 @@ class ServiceTest : public ::testing::Test {
     EXPECT_GE(stats.total_seconds, stats.kernel_seconds);
     EXPECT_GE(stats.total_seconds, stats.queue_seconds);
     if (GpuBackend()) {
-      // CUDA events time the copies and the kernel; the total is wall clock.
-      EXPECT_GT(stats.copy_in_seconds, 0);
-      EXPECT_GT(stats.copy_out_seconds, 0);
+      // CUDA events time the copies (none, 0, where a small matrix is worked
+      // on in mapped host memory) and the kernel; the total is wall clock.
+      EXPECT_GE(stats.copy_in_seconds, 0);
+      EXPECT_GE(stats.copy_out_seconds, 0);
       EXPECT_GE(stats.total_seconds * 1.01 + 1e-4, stats.copy_in_seconds +
                                                        stats.kernel_seconds +
                                                        stats.copy_out_seconds);
