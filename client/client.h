@@ -179,10 +179,10 @@ struct TransferProgress {
 // one running and any made later, end CANCELLED. The attempt in flight is
 // cancelled through gRPC (the server frees what the call held), a wait between
 // attempts is cut short, and no attempt follows. A call whose whole result has
-// already arrived returns it: a unary call (up to unary_max_bytes) reports
-// progress only then, and a stream's last progress report comes with the whole
-// result, so cancelling from those callbacks changes nothing. Several calls may
-// share one canceller.
+// already arrived (a progress report with received_bytes == total_bytes: a
+// unary call's one report of an attempt, a stream's last) returns it, so
+// cancelling from that callback changes nothing; a report of zero bytes
+// begins a retried attempt. Several calls may share one canceller.
 class CallCanceller {
  public:
   CallCanceller() = default;
