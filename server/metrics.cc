@@ -74,8 +74,9 @@ Metrics::Metrics(prometheus::Registry& registry, absl::string_view version)
           prometheus::BuildHistogram()
               .Name("transpose_request_duration_seconds")
               .Help("RPC duration, by method: from when the service takes "
-                    "the call (a unary call once its request has arrived) "
-                    "until gRPC is done with it.")
+                    "the call (Transpose: once its request has arrived) until "
+                    "its status is sent (Transpose: until gRPC is done with "
+                    "the reply).")
               .Register(registry)),
       kernel_duration_(prometheus::BuildHistogram()
                            .Name("transpose_kernel_duration_seconds")

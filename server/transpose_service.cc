@@ -168,8 +168,10 @@ class RpcScope {
   // the in-flight gauge. Once only.
   void Record(const absl::Status& status) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
-    metrics_.inflight_requests().Decrement();
+    // Counted before it leaves the gauge: a scrape that finds the gauge at 0
+    // finds every call counted.
     metrics_.RecordRequest(method_, status.code(), seconds);
+    metrics_.inflight_requests().Decrement();
     if (!status.ok()) {
       LogFailedCall(failure_log_, RpcMethodName(method_), peer_,
                     absl::StrFormat("failed after %.6fs", seconds), status,
