@@ -986,9 +986,9 @@ TEST_F(ReliabilityTest, UploadsCutOffMidwayAreCountedByWhyTheyEnded) {
     EXPECT_EQ(stream->Finish().error_code(),
               grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
+  EXPECT_EQ(AwaitGauge(*quota_server, count("CANCELLED"), kReset), kReset);
   EXPECT_EQ(AwaitGauge(*quota_server, "transpose_inflight_requests", 0), 0);
   EXPECT_EQ(quota_server->Metric(count("INVALID_ARGUMENT")).value_or(0), 0);
-  EXPECT_EQ(quota_server->Metric(count("CANCELLED")).value_or(0), kReset);
 }
 
 // A client whose connection goes silent mid-upload, without closing (its host

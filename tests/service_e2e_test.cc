@@ -405,6 +405,12 @@ TEST_F(ServiceTest, BadStreamsAreInvalidArgument) {
       {"empty", {}, "no header"},
       {"zero dimension", {Header(v1::DATA_TYPE_FLOAT32, 3, 0)}, "zero"},
   };
+  // Counted as such too, the short and empty uploads included (the call is
+  // recorded once gRPC is done with it, and was not cancelled).
+  const std::string refused =
+      "transpose_requests_total{code=\"INVALID_ARGUMENT\","
+      "method=\"TransposeStream\"}";
+  const double refused_before = server_->Metric(refused).value_or(0);
   for (const Case& c : cases) {
     grpc::Status status = Stream(c.messages);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
@@ -412,6 +418,8 @@ TEST_F(ServiceTest, BadStreamsAreInvalidArgument) {
     EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
     ExpectStillServing();
   }
+  const double refused_now = refused_before + std::size(cases);
+  EXPECT_EQ(server_->AwaitMetric(refused, refused_now), refused_now);
   // The same header twice is fine.
   const v1::TransposeRequest header = Header(v1::DATA_TYPE_UINT8, 2, 2);
   EXPECT_TRUE(Stream({WithData(header, 2), WithData(header, 2)}).ok());
