@@ -805,18 +805,20 @@ int RunBenchCommand() {
   // metrics delta for a run cut short.
   if (report->stopped) return 128 + stop_on_signal.signal();
   if (!metrics_url.empty()) {
-    // The server counts a call once gRPC is done with it, which can be just
-    // after its client has the result: scrape until every call of the run is
-    // counted, for a while. Other clients' requests in the interval show up
-    // too.
-    const double ran = static_cast<double>(report->requests + report->errors);
+    // The server counts a unary call once gRPC is done with it, which can be
+    // just after its client has the result: scrape until the run's successes
+    // are counted, for a while. (Its failures may never be: some are refused
+    // before the service sees them.) Other clients' requests in the interval
+    // show up too.
+    const double succeeded = static_cast<double>(report->requests);
     const absl::Time give_up = absl::Now() + absl::Seconds(2);
     absl::StatusOr<MetricSamples> after;
     while (true) {
       absl::StatusOr<std::string> text = FetchUrl(metrics_url);
       after = text.ok() ? ParseMetricsText(*text) : text.status();
       if (!after.ok()) return Fail(after.status());
-      if (RequestsCounted(*before, *after) >= ran || absl::Now() > give_up) {
+      if (OkRequestsCounted(*before, *after) >= succeeded ||
+          absl::Now() > give_up) {
         break;
       }
       absl::SleepFor(absl::Milliseconds(50));

@@ -114,12 +114,15 @@ std::string FormatMetricsDelta(const MetricSamples& before,
   return out;
 }
 
-double RequestsCounted(const MetricSamples& before,
-                       const MetricSamples& after) {
+double OkRequestsCounted(const MetricSamples& before,
+                         const MetricSamples& after) {
   constexpr absl::string_view kRequests = "transpose_requests_total{";
   double counted = 0;
   for (const auto& [series, value] : after) {
-    if (!absl::StartsWith(series, kRequests)) continue;
+    if (!absl::StartsWith(series, kRequests) ||
+        !absl::StrContains(series, "code=\"OK\"")) {
+      continue;
+    }
     auto it = before.find(series);
     counted += value - (it == before.end() ? 0 : it->second);
   }

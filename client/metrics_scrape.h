@@ -29,9 +29,10 @@ absl::StatusOr<MetricSamples> ParseMetricsText(absl::string_view text);
 std::string FormatMetricsDelta(const MetricSamples& before,
                                const MetricSamples& after);
 
-// How many more calls transpose_requests_total counts in `after` than in
-// `before`, over every method and code.
-double RequestsCounted(const MetricSamples& before, const MetricSamples& after);
+// How many more calls transpose_requests_total counts as OK in `after` than in
+// `before`, over every method.
+double OkRequestsCounted(const MetricSamples& before,
+                         const MetricSamples& after);
 
 }  // namespace transpose
 

@@ -58,7 +58,7 @@ TEST(MetricsScrapeTest, DeltaShowsChangedCountersAndMeanBandwidth) {
               HasSubstr("mean kernel bandwidth{backend=\"cpu\"} 12.00 GB/s"));
 }
 
-TEST(MetricsScrapeTest, RequestsCountedAddsEveryMethodAndCode) {
+TEST(MetricsScrapeTest, OkRequestsCountedAddsEveryMethodsOkCalls) {
   const MetricSamples before = {
       {"transpose_requests_total{code=\"OK\",method=\"Transpose\"}", 10},
       {"transpose_request_duration_seconds_count{method=\"Transpose\"}", 10},
@@ -67,8 +67,9 @@ TEST(MetricsScrapeTest, RequestsCountedAddsEveryMethodAndCode) {
   after["transpose_requests_total{code=\"OK\",method=\"Transpose\"}"] = 14;
   after["transpose_requests_total{code=\"INTERNAL\",method=\"Transpose\"}"] = 2;
   after["transpose_request_duration_seconds_count{method=\"Transpose\"}"] = 16;
-  EXPECT_EQ(RequestsCounted(before, after), 6);
-  EXPECT_EQ(RequestsCounted(after, after), 0);
+  after["transpose_requests_total{code=\"OK\",method=\"TransposeStream\"}"] = 3;
+  EXPECT_EQ(OkRequestsCounted(before, after), 7);
+  EXPECT_EQ(OkRequestsCounted(after, after), 0);
 }
 
 TEST(MetricsScrapeTest, FetchFailsClearly) {

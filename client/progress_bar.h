@@ -37,9 +37,11 @@ class ProgressBar {
   std::FILE* const out_;
   const std::function<absl::Time()> clock_;
   const absl::Time start_;
-  // When the attempt on the screen began (its first update): its bytes over
-  // its own time give the rate, a retried call's earlier tries and the waits
-  // between them left out.
+  // When the attempt on the screen began (a retried one: its first update, of
+  // zero bytes; the first: when the bar was made, just before the call, whose
+  // allocation of the result it then counts): its bytes over its own time
+  // give the rate, a retried call's earlier tries and the waits between them
+  // left out.
   absl::Time attempt_start_;
   absl::Time last_update_;
   absl::Time last_draw_ = absl::InfinitePast();

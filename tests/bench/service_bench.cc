@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/bench.h"
 #include "client/client.h"
 #include "server/core/process.h"
 #include "tests/server_process.h"
@@ -70,9 +71,7 @@ double Median(std::vector<double> v) {
 
 double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
-  return v.empty()
-             ? 0
-             : v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+  return NearestRankPercentile(v, p);
 }
 
 struct Endpoint {
