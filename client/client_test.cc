@@ -83,22 +83,37 @@ TEST(ClientCreateTest, RefusesOptionsNoCallCouldWorkWith) {
   }
 }
 
-// A result too large for memory is a status, not std::bad_alloc; nothing is
-// sent (the target is never reached) and the input is never read.
-TEST(ClientTransposeTest, AResultThatDoesNotFitInMemoryIsResourceExhausted) {
+// A client whose target is never reached (these calls end before anything is
+// sent), and 1 PiB matrices that are never read (one byte, spanned).
+class ClientTransposeTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kSide = uint64_t{1} << 25;
+
+  void SetUp() override {
+    ClientOptions options;
+    options.target = "127.0.0.1:1";
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  // kSide x kSide, with the bytes of as many 1-byte elements.
+  MatrixView Petabyte(DataType dtype = DataType::kUInt8) const {
+    return {dtype, MatrixShape::Matrix(kSide, kSide),
+            absl::MakeConstSpan(&byte_, kSide * kSide)};
+  }
+
+  std::unique_ptr<Client> client_;
+  const uint8_t byte_ = 0;
+};
+
+// A result too large for memory is a status, not std::bad_alloc.
+TEST_F(ClientTransposeTest, AResultThatDoesNotFitInMemoryIsResourceExhausted) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer's operator new stops the process instead "
                   "of throwing std::bad_alloc";
 #endif
-  ClientOptions options;
-  options.target = "127.0.0.1:1";
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  constexpr uint64_t kSide = uint64_t{1} << 25;  // A 1 PiB matrix of bytes.
-  const uint8_t byte = 0;
-  const MatrixView input{DataType::kUInt8, MatrixShape::Matrix(kSide, kSide),
-                         absl::MakeConstSpan(&byte, kSide * kSide)};
-  const absl::StatusOr<TransposeResult> result = (*client)->Transpose(input);
+  const absl::StatusOr<TransposeResult> result = client_->Transpose(Petabyte());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted)
       << result.status();
   EXPECT_THAT(
@@ -111,41 +126,25 @@ TEST(ClientTransposeTest, AResultThatDoesNotFitInMemoryIsResourceExhausted) {
 // with no time, an inconsistent input or a bad request id, a 1 PiB matrix is
 // not RESOURCE_EXHAUSTED (nor, under AddressSanitizer, the end of the
 // process).
-TEST(ClientTransposeTest, RefusalsComeBeforeTheResultIsAllocated) {
-  ClientOptions options;
-  options.target = "127.0.0.1:1";
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  constexpr uint64_t kSide = uint64_t{1} << 25;  // A 1 PiB matrix of bytes.
-  const uint8_t byte = 0;
-  const auto span = absl::MakeConstSpan(&byte, kSide * kSide);
-  const MatrixView input{DataType::kUInt8, MatrixShape::Matrix(kSide, kSide),
-                         span};
-
+TEST_F(ClientTransposeTest, RefusalsComeBeforeTheResultIsAllocated) {
   CallOptions no_time;
   no_time.timeout = absl::ZeroDuration();
-  absl::Status status = (*client)->Transpose(input, no_time).status();
+  absl::Status status = client_->Transpose(Petabyte(), no_time).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
 
   CallOptions bad_id;
   bad_id.request_id = "two words";
-  status = (*client)->Transpose(input, bad_id).status();
+  status = client_->Transpose(Petabyte(), bad_id).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
 
-  status = (*client)
-               ->Transpose({DataType::kUnspecified,
-                            MatrixShape::Matrix(kSide, kSide), span})
-               .status();
+  status = client_->Transpose(Petabyte(DataType::kUnspecified)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  status = (*client)
-               ->Transpose(
-                   {DataType::kUInt16, MatrixShape::Matrix(kSide, kSide), span})
-               .status();
+  status = client_->Transpose(Petabyte(DataType::kUInt16)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr("input holds"));
   // TransposeInto's output must take exactly the result.
   std::vector<uint8_t> small_input(12), small_output(11);
-  status = (*client)
+  status = client_
                ->TransposeInto(
                    {DataType::kFloat32, MatrixShape::Matrix(1, 3), small_input},
                    absl::MakeSpan(small_output))
