@@ -96,8 +96,8 @@ ABSL_FLAG(std::string, dtype, "",
           "int16, uint16, "
           "int32, uint32, int64, uint64, complex64, complex128. Required for "
           "raw input; for "
-          ".npy input, reinterprets elements of the same size; bench default "
-          "float32.");
+          ".npy input, the type its elements (of that size) go to the server "
+          "as, the output keeping the file's dtype; bench default float32.");
 ABSL_FLAG(std::string, algorithm, "auto",
           "Kernel: auto, naive, shared, padded_32 or padded_64 (the last four "
           "need a GPU "
@@ -351,6 +351,9 @@ struct InputLayout {
   bool batched = false;
   bool fortran_order = false;
   size_t data_offset = 0;
+  // How NumPy describes the elements: a .npy input's descr, which a .npy
+  // output keeps whatever type they are sent as.
+  std::string descr;
 };
 
 // The layout of the `input_bytes` bytes at `in_path`, which begin with
@@ -375,20 +378,22 @@ int ReadLayout(const std::string& in_path, absl::string_view start,
       }
       layout.dtype = *dtype;
     } else if (header->dtype == DataType::kUnspecified) {
+      // A transpose moves whole elements: NumPy's other plain types (bool,
+      // datetime64, big-endian numbers, ...) go as a type of their size, and
+      // the output keeps the file's descr.
       const std::optional<DataType> same_size =
           SomeTypeOfSize(header->element_size);
-      return FailHere(absl::InvalidArgumentError(absl::StrFormat(
-          "%s: dtype '%s' is none of the service's types; %s", in_path,
-          header->descr,
-          same_size.has_value()
-              ? absl::StrFormat("--dtype=%s (or another %d-byte type) "
-                                "moves its bytes as that type",
-                                DataTypeName(*same_size), header->element_size)
-              : absl::StrFormat("none has %d-byte elements",
-                                header->element_size))));
+      if (!same_size.has_value()) {
+        return FailHere(absl::InvalidArgumentError(absl::StrFormat(
+            "%s: dtype '%s' has %d-byte elements, and none of the service's "
+            "types has",
+            in_path, header->descr, header->element_size)));
+      }
+      layout.dtype = *same_size;
     } else {
       layout.dtype = header->dtype;
     }
+    layout.descr = header->descr;
     layout.shape = header->shape;
     layout.batched = header->batched;
     layout.fortran_order = header->fortran_order;
@@ -427,6 +432,7 @@ int ReadLayout(const std::string& in_path, absl::string_view start,
                        "; raw input needs ", absl::StrJoin(missing, ", ")));
     }
     layout.dtype = *dtype;
+    layout.descr = std::string(NpyDescr(*dtype));
     layout.shape = {absl::GetFlag(FLAGS_batch).value_or(1),
                     *absl::GetFlag(FLAGS_rows), *absl::GetFlag(FLAGS_cols)};
     const std::pair<const char*, uint64_t> dims[] = {
@@ -556,7 +562,7 @@ int RunTranspose() {
                          absl::Span<const uint8_t> data,
                          const std::string& how) {
     const std::string npy_header =
-        npy_out ? FormatNpyHeader(input.dtype, shape, layout.batched) : "";
+        npy_out ? FormatNpyHeader(layout.descr, shape, layout.batched) : "";
     const absl::string_view parts[] = {
         npy_header,
         absl::string_view(reinterpret_cast<const char*>(data.data()),
@@ -568,8 +574,13 @@ int RunTranspose() {
       return layout.batched ? absl::StrCat(s.batch, "x", s.rows, "x", s.cols)
                             : ShapeToString(s);
     };
-    std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n",
-                 std::string(DataTypeName(input.dtype)).c_str(),
+    // Elements of another NumPy type say what they were sent as.
+    const std::string elements =
+        layout.descr == NpyDescr(input.dtype)
+            ? std::string(DataTypeName(input.dtype))
+            : absl::StrFormat("'%s' as %s", layout.descr,
+                              DataTypeName(input.dtype));
+    std::fprintf(stderr, "%s %s -> %s written to %s\n%s\n", elements.c_str(),
                  dims(input.shape).c_str(), dims(shape).c_str(),
                  out_path.c_str(), how.c_str());
     return 0;

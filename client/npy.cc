@@ -49,8 +49,14 @@ absl::Status Invalid(absl::string_view what) {
 // delimiter.
 absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
                                             absl::string_view key) {
-  const std::string quoted = absl::StrCat("'", key, "'");
+  // Python's literal syntax, which NumPy reads the dict with, takes either
+  // quote; np.save writes single ones.
+  std::string quoted = absl::StrCat("'", key, "'");
   size_t at = dict.find(quoted);
+  if (at == absl::string_view::npos) {
+    quoted = absl::StrCat("\"", key, "\"");
+    at = dict.find(quoted);
+  }
   if (at == absl::string_view::npos)
     return Invalid(absl::StrCat("header has no ", key));
   absl::string_view rest = dict.substr(at + quoted.size());
@@ -113,12 +119,8 @@ absl::StatusOr<ElementType> ElementTypeOfDescr(absl::string_view descr) {
     if (!absl::SimpleAtoi(digits, &size) || size > (size_t{1} << 32)) size = 0;
     if (normalized[1] == 'U') size *= 4;
   }
-  // One-byte types were made order-free above.
-  if (size > 0 && normalized[0] == '>') {
-    return Invalid(absl::StrCat(
-        "dtype '", descr,
-        "' is big-endian; convert with a.astype(a.dtype.newbyteorder('<'))"));
-  }
+  // Big-endian elements land here too: a transpose moves whole elements, so
+  // their byte order is the file's business, not the service's.
   if (size == 0) {
     return Invalid(absl::StrCat("dtype '", descr, "' is not supported"));
   }
@@ -185,7 +187,10 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
   for (absl::string_view part :
        absl::StrSplit(shape_text, ',', absl::SkipWhitespace())) {
     uint64_t dim;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim)) {
+    absl::string_view digits = absl::StripAsciiWhitespace(part);
+    // Python 2's long literals ("3L"), which old files hold and NumPy reads.
+    if (!absl::ConsumeSuffix(&digits, "L")) absl::ConsumeSuffix(&digits, "l");
+    if (!absl::SimpleAtoi(digits, &dim)) {
       return Invalid(absl::StrCat("shape (", shape_text, ") does not parse"));
     }
     dims.push_back(dim);
@@ -218,11 +223,10 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
   return header;
 }
 
-std::string FormatNpyHeader(DataType dtype, const MatrixShape& shape,
+std::string FormatNpyHeader(absl::string_view descr, const MatrixShape& shape,
                             bool batched) {
   std::string dict = absl::StrFormat(
-      "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
-      NpyDescr(dtype),
+      "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr,
       batched ? absl::StrCat(shape.batch, ", ", shape.rows, ", ", shape.cols)
               : absl::StrCat(shape.rows, ", ", shape.cols));
   // Pad with spaces and end with a newline so the data starts on a 64-byte

@@ -16,8 +16,8 @@ namespace transpose {
 
 struct NpyHeader {
   // kUnspecified for plain elements of none of the API's types ('|b1',
-  // '<M8[s]', '|V4', ...), which a caller may reinterpret as a type of
-  // `element_size`.
+  // '<M8[s]', '|V4', big-endian '>f4', ...), which a caller may move as a type
+  // of `element_size`.
   DataType dtype = DataType::kUnspecified;
   // The file's descr, as NumPy wrote it.
   std::string descr;
@@ -38,9 +38,9 @@ absl::string_view NpyDescr(DataType dtype);
 // Parses the header of a .npy file of `file_size` bytes, from `start`, its
 // first bytes (the whole header at least), and checks the data size against
 // it. INVALID_ARGUMENT names what is wrong: bad magic, a header that does not
-// parse, big-endian, structured or object dtypes, other than 2
-// or 3 dimensions, or a data size that does not match. An array with a zero
-// dimension parses, with no data.
+// parse, structured or object dtypes, other than 2 or 3 dimensions, or a data
+// size that does not match. An array with a zero dimension parses, with no
+// data. Big-endian elements parse as kUnspecified, with their size.
 absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view start,
                                          uint64_t file_size);
 // The same for a whole file in memory.
@@ -48,9 +48,10 @@ inline absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file) {
   return ParseNpyHeader(file, file.size());
 }
 
-// The header bytes of a .npy file holding `shape` of `dtype` (2-D when
-// !batched); the elements follow it.
-std::string FormatNpyHeader(DataType dtype, const MatrixShape& shape,
+// The header bytes of a .npy file holding `shape` of elements NumPy describes
+// as `descr` ("<f4", or NpyDescr of a type), 2-D when !batched; the elements
+// follow it.
+std::string FormatNpyHeader(absl::string_view descr, const MatrixShape& shape,
                             bool batched);
 
 // Whether `file` starts with the .npy magic.

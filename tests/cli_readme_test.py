@@ -176,26 +176,39 @@ class CliReadmeTest(unittest.TestCase):
             dims_t = "x".join(map(str, shape[:-2] + (shape[-1], shape[-2])))
             self.assertIn(f" {dims} -> {dims_t} written to", result.stderr)
 
-    def test_dtype_moves_other_numpy_types_of_the_same_size(self):
+    def test_other_numpy_types_keep_their_dtype(self):
+        """NumPy's other plain types, big-endian numbers included, go as a type of their size,
+        and the output is the same dtype: np.load gives exactly a.T."""
         rng = np.random.default_rng(11)
         arrays = {
-            "bool": (rng.integers(0, 2, (17, 9)).astype(bool), "uint8"),
-            "datetime": (rng.integers(0, 1 << 40, (6, 13)).astype("datetime64[s]"), "int64"),
-            "void": (random_array(np.dtype("V4"), (5, 8), rng), "float32"),
+            "bool": rng.integers(0, 2, (17, 9)).astype(bool),
+            "datetime": rng.integers(0, 1 << 40, (6, 13)).astype("datetime64[s]"),
+            "void": random_array(np.dtype("V4"), (5, 8), rng),
+            "big_f4": random_array(np.dtype(">f4"), (7, 5), rng),
+            "big_i8": random_array(np.dtype(">i8"), (2, 9, 4), rng),
+            "big_c8": random_array(np.dtype(">c8"), (3, 11), rng),
+            "big_c16": random_array(np.dtype(">c16"), (4, 3), rng),
+            "unicode": np.array([["ab", "c"], ["d", "ef"], ["g", "h"]], dtype="<U2"),
         }
-        for name, (a, dtype) in arrays.items():
+        for name, a in arrays.items():
             np.save(self.path(f"{name}.npy"), a)
-            # Without --dtype: a clear refusal that names the flag that moves them.
             result = self.cli("transpose", f"--in={self.path(name + '.npy')}",
-                              f"--out={self.path('x.npy')}", check=False)
-            self.assertEqual(result.returncode, 1, name)
-            self.assertIn(f"dtype '{a.dtype.str}' is none of the service's types; --dtype=",
-                          result.stderr)
-            self.cli("transpose", f"--in={self.path(name + '.npy')}",
-                     f"--out={self.path(name + '_t.npy')}", f"--dtype={dtype}")
-            out = np.load(self.path(name + "_t.npy"))
-            self.assertEqual(out.dtype.itemsize, a.dtype.itemsize, name)
-            self.assertEqual(out.tobytes(), np.ascontiguousarray(a.T).tobytes(), name)
+                              f"--out={self.path(name + '_t.npy')}")
+            self.assertIn(f"'{a.dtype.str}' as ", result.stderr, name)
+            self.assertTrue(same(np.load(self.path(name + "_t.npy")),
+                                 np.ascontiguousarray(np.swapaxes(a, -1, -2))), name)
+        # --dtype names the type they go as; the output still keeps the file's.
+        self.cli("transpose", f"--in={self.path('big_f4.npy')}",
+                 f"--out={self.path('big_f4_t.npy')}", "--dtype=int32")
+        self.assertTrue(same(np.load(self.path("big_f4_t.npy")),
+                             np.ascontiguousarray(arrays["big_f4"].T)))
+        # An element size no type of the service has: a clear refusal.
+        np.save(self.path("bytes3.npy"), np.array([[b"abc", b"de"]], dtype="S3"))
+        result = self.cli("transpose", f"--in={self.path('bytes3.npy')}",
+                          f"--out={self.path('x.npy')}", check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("dtype '|S3' has 3-byte elements, and none of the service's types has",
+                      result.stderr)
 
     def test_info_health_and_bench(self):
         info = self.cli("info").stdout
