@@ -25,6 +25,35 @@ inline absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   return absl::InternalError(message);
 }
 
+// Whether `error` leaves the CUDA context unusable: every later call on the
+// device fails with it, so nothing the device computes can be trusted until the
+// process restarts. The codes CUDA's driver_types.h documents so ("any further
+// CUDA work will return the same error ... the process must be terminated and
+// relaunched"), and two more that end a context: an uncorrectable ECC error
+// and a destroyed context.
+inline bool IsStickyCudaError(cudaError_t error) {
+  switch (error) {
+    case cudaErrorContained:
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace transpose::kernels::internal
 
 #endif  // TRANSPOSE_KERNELS_CUDA_STATUS_H_

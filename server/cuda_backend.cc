@@ -27,6 +27,7 @@ namespace transpose {
 namespace {
 
 using kernels::internal::CudaStatus;
+using kernels::internal::IsStickyCudaError;
 
 // Makes `device` current on this thread for the scope, then puts back the
 // caller's: creating or destroying a backend must not move its caller's later
@@ -52,27 +53,6 @@ class ScopedDevice {
   int previous_ = -1;
   absl::Status status_;
 };
-
-// Errors after which the CUDA context is unusable: every later call fails, so
-// results from this device can no longer be trusted.
-bool IsStickyError(cudaError_t error) {
-  switch (error) {
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorAssert:
-    case cudaErrorContextIsDestroyed:
-      return true;
-    default:
-      return false;
-  }
-}
 
 // Pinned host memory, usable by every GPU, so copies run at full PCIe speed.
 // Pinned and unpinned through `device`'s context: the threads that ask (gRPC's)
@@ -450,7 +430,7 @@ absl::Status CudaBackend::Check(cudaError_t error, absl::string_view what) {
   // Once per device: the line (and transpose_backend_healthy's 0) an operator
   // looks for when one GPU of a pod stops serving while the others go on
   // (health turns NOT_SERVING only when none is left).
-  if (error != cudaSuccess && IsStickyError(error) &&
+  if (error != cudaSuccess && IsStickyCudaError(error) &&
       healthy_.exchange(false)) {
     series_->healthy->Set(0);
     Log(LogLevel::kError,
@@ -460,7 +440,7 @@ absl::Status CudaBackend::Check(cudaError_t error, absl::string_view what) {
   }
   // A kernel launch checks for errors with cudaGetLastError, which would
   // otherwise report this one against the next job on this thread.
-  if (error != cudaSuccess && !IsStickyError(error)) cudaGetLastError();
+  if (error != cudaSuccess && !IsStickyCudaError(error)) cudaGetLastError();
   return CudaStatus(error, what);
 }
 
