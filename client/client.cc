@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -344,9 +345,13 @@ class Client::TokenFile {
   static absl::StatusOr<std::unique_ptr<TokenFile>> Open(
       const std::string& path) {
     auto file = std::unique_ptr<TokenFile>(new TokenFile(path));
-    TRANSPOSE_RETURN_IF_ERROR(file->watched_.contents().front().status());
+    if (!file->watched_.has_value()) {
+      TRANSPOSE_ASSIGN_OR_RETURN(file->token_, ReadBearerTokenFile(path));
+      return file;
+    }
+    TRANSPOSE_RETURN_IF_ERROR(file->watched_->contents().front().status());
     TRANSPOSE_ASSIGN_OR_RETURN(
-        file->token_, OneToken(path, *file->watched_.contents().front()));
+        file->token_, OneToken(path, *file->watched_->contents().front()));
     return file;
   }
 
@@ -357,11 +362,11 @@ class Client::TokenFile {
   std::string Token() {
     std::lock_guard<std::mutex> lock(mutex_);
     const absl::Time now = absl::Now();
-    if (rereadable_ && now >= next_read_) {
+    if (watched_.has_value() && now >= next_read_) {
       next_read_ = now + absl::Seconds(1);
-      if (watched_.Poll() && watched_.contents().front().ok()) {
+      if (watched_->Poll() && watched_->contents().front().ok()) {
         absl::StatusOr<std::string> token =
-            OneToken(watched_.paths().front(), *watched_.contents().front());
+            OneToken(watched_->paths().front(), *watched_->contents().front());
         if (token.ok()) token_ = *std::move(token);
       }
     }
@@ -370,15 +375,15 @@ class Client::TokenFile {
 
  private:
   explicit TokenFile(const std::string& path)
-      : rereadable_(IsRegularFile(path)),
-        watched_({path}),
-        next_read_(absl::Now() + absl::Seconds(1)) {}
+      : next_read_(absl::Now() + absl::Seconds(1)) {
+    if (IsRegularFile(path)) watched_.emplace(std::vector<std::string>{path});
+  }
 
-  const bool rereadable_;
   std::mutex mutex_;
-  WatchedFiles watched_;  // Guarded by mutex_.
-  std::string token_;     // Guarded by mutex_.
-  absl::Time next_read_;  // Guarded by mutex_.
+  // None for a pipe, read once.
+  std::optional<WatchedFiles> watched_;  // Guarded by mutex_.
+  std::string token_;                    // Guarded by mutex_.
+  absl::Time next_read_;                 // Guarded by mutex_.
 };
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(

@@ -658,6 +658,9 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
   // client CA, used to surface as "the port is in use".
   const std::string cert = absl::StrCat("--tls_cert=", Path("server.pem"));
   const std::string key = absl::StrCat("--tls_key=", Path("server.key"));
+  // A FIFO, which the server would read again each time it polls (or wait on
+  // for good, with no writer), is refused rather than waited on.
+  ASSERT_EQ(mkfifo(Path("fifo").c_str(), 0600), 0);
   for (const auto& [args, message] :
        std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{cert, absl::StrCat("--tls_key=", Path("client.key"))},
@@ -670,7 +673,11 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheServerWithAMessage) {
                          " holds no PEM certificate")},
            {{absl::StrCat("--auth_token_file=", Path("bad_token"))},
             absl::StrCat("--auth_token_file=", Path("bad_token"),
-                         " line 1 holds a character")}}) {
+                         " line 1 holds a character")},
+           {{absl::StrCat("--auth_token_file=", Path("fifo"))},
+            absl::StrCat(Path("fifo"), " is not a regular file")},
+           {{cert, absl::StrCat("--tls_key=", Path("fifo"))},
+            absl::StrCat(Path("fifo"), " is not a regular file")}}) {
     std::vector<std::string> command = {"--backend=cpu",
                                         "--address=127.0.0.1:0"};
     command.insert(command.end(), args.begin(), args.end());

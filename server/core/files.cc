@@ -165,9 +165,15 @@ bool IsRegularFile(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path,
-                                     size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+// ReadFile, of regular files only when `regular_only`.
+absl::StatusOr<std::string> Read(const std::string& path, size_t max_bytes,
+                                 bool regular_only) {
+  // Non-blocking, so that a FIFO with no writer is refused, not waited on;
+  // it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(),
+                        O_RDONLY | O_CLOEXEC | (regular_only ? O_NONBLOCK : 0));
   if (fd < 0) return ErrnoError("cannot open", path);
   struct stat info;
   if (::fstat(fd, &info) != 0) {
@@ -179,6 +185,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
     ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is a directory, not a file"));
+  }
+  if (regular_only && !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        " is not a regular file (a pipe or device cannot be read again when "
+        "it changes)"));
   }
   // A regular file's size is known (one byte more sees its end without
   // growing); a pipe's is not, and the buffer doubles as it comes.
@@ -205,6 +218,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
   ::close(fd);
   contents.resize(size);
   return contents;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     size_t max_bytes) {
+  return Read(path, max_bytes, /*regular_only=*/false);
 }
 
 absl::StatusOr<FileWriter> FileWriter::Create(const std::string& path) {
@@ -315,7 +335,9 @@ bool WatchedFiles::Poll() {
 std::vector<absl::StatusOr<std::string>> WatchedFiles::ReadAll() const {
   std::vector<absl::StatusOr<std::string>> contents;
   contents.reserve(paths_.size());
-  for (const std::string& path : paths_) contents.push_back(ReadFile(path));
+  for (const std::string& path : paths_) {
+    contents.push_back(Read(path, SIZE_MAX, /*regular_only=*/true));
+  }
   return contents;
 }
 

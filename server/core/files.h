@@ -64,7 +64,9 @@ void RemoveTemporaryFilesOnSignal();
 class WatchedFiles {
  public:
   // Reads `paths` whole: what they hold now is what the first Poll compares
-  // with.
+  // with. Each must be a regular file: a pipe cannot be read again, and
+  // reading a FIFO with no writer would block the poller (and, in a server,
+  // its start-up and drain); others read as INVALID_ARGUMENT.
   explicit WatchedFiles(std::vector<std::string> paths);
 
   // Reads the files again; true when what any of them holds, or why it cannot

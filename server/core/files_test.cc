@@ -292,5 +292,24 @@ TEST_F(FilesTest, WatchedFilesSayWhenAnyChanged) {
   EXPECT_FALSE(files.Poll());
 }
 
+// A watched path that is, or becomes, a FIFO is refused at once: reading one
+// with no writer would block the poller for good (and with it a server's
+// start-up, health and drain).
+TEST_F(FilesTest, WatchedFilesRefuseFifosWithoutWaitingOnThem) {
+  ASSERT_EQ(mkfifo(Path("fifo").c_str(), 0600), 0);
+  WatchedFiles fifo({Path("fifo")});
+  EXPECT_EQ(fifo.contents()[0].status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(fifo.contents()[0].status().message()),
+              HasSubstr(Path("fifo") + " is not a regular file"));
+  ASSERT_TRUE(WriteFile(Path("token"), {"secret"}).ok());
+  WatchedFiles token({Path("token")});
+  ASSERT_EQ(token.contents()[0].value_or(""), "secret");
+  ASSERT_EQ(std::rename(Path("fifo").c_str(), Path("token").c_str()), 0);
+  EXPECT_TRUE(token.Poll());
+  EXPECT_EQ(token.contents()[0].status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace transpose
