@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -115,6 +116,9 @@ ABSL_FLAG(std::string, testing_nvidia_device_dir, "/dev",
 ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
           "Testing only: after this many jobs, each GPU runs a kernel that "
           "faults (a sticky CUDA error), to exercise fault handling.");
+ABSL_FLAG(double, testing_startup_delay_seconds, 0,
+          "Testing only: start-up waits this long, after the backends are "
+          "made and before the server listens, as setting up many GPUs can.");
 ABSL_FLAG(double, stream_idle_seconds, 120,
           "A TransposeStream call that finishes no message either way for "
           "this long (its client stopped sending mid-upload, stopped reading "
@@ -392,6 +396,8 @@ absl::Status CheckFlags() {
   const Seconds durations[] = {
       {"unready_seconds", absl::GetFlag(FLAGS_unready_seconds), 0},
       {"drain_seconds", absl::GetFlag(FLAGS_drain_seconds), 0},
+      {"testing_startup_delay_seconds",
+       absl::GetFlag(FLAGS_testing_startup_delay_seconds), 0},
       {"stream_idle_seconds", absl::GetFlag(FLAGS_stream_idle_seconds), 1,
        true},
       {"keepalive_seconds", absl::GetFlag(FLAGS_keepalive_seconds), 0.01},
@@ -580,14 +586,77 @@ class TokenFileReloader {
   std::_Exit(0);
 }
 
+// SIGINT and SIGTERM, taken by one thread from the first moment of Run: a
+// signal before the server serves stops the process at once (nothing is served
+// yet, and a start-up stuck setting up a GPU must not need SIGKILL); once it
+// serves, the first starts the drain and a second stops the process without
+// waiting for it. Made once and never destroyed: the thread outlives Run's
+// early returns.
+class SignalHandler {
+ public:
+  static SignalHandler& Start() {
+    static SignalHandler* const handler = new SignalHandler();
+    return *handler;
+  }
+
+  // From now on a first signal starts the drain: waits for it and returns it.
+  // `running_calls` says, for a second signal's log line, what it cuts off.
+  int AwaitDrainSignal(std::function<int()> running_calls) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_calls_ = std::move(running_calls);
+    }
+    drain_.WaitForNotification();
+    std::lock_guard<std::mutex> lock(mutex_);
+    return first_signal_;
+  }
+
+ private:
+  SignalHandler() {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    // Signals go to this thread, never to gRPC's or the backends' threads:
+    // every thread started from here on inherits the mask.
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    std::thread([this] { Wait(); }).detach();
+  }
+
+  void Wait() {
+    int signal = 0;
+    sigwait(&signals_, &signal);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (running_calls_ == nullptr) {
+        Log(LogLevel::kWarning, "signal %d during start-up: stopping", signal);
+        std::fflush(nullptr);
+        std::_Exit(1);
+      }
+      first_signal_ = signal;
+    }
+    drain_.Notify();
+    // A second signal is an operator who will not wait for the drain.
+    int again = 0;
+    sigwait(&signals_, &again);
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The calls cut off here are neither counted nor logged one by one.
+    Log(LogLevel::kWarning,
+        "signal %d again: stopping now, without waiting for the %d running "
+        "calls",
+        again, running_calls_());
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+
+  sigset_t signals_;
+  std::mutex mutex_;
+  std::function<int()> running_calls_;  // Guarded by mutex_; set once serving.
+  int first_signal_ = 0;                // Guarded by mutex_.
+  Notification drain_;
+};
+
 int Run() {
-  // Signals go to the thread that waits for them below, never to gRPC's or the
-  // backends' threads, so every thread started from here on inherits this mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  SignalHandler& signals = SignalHandler::Start();
 
   LogLevel level;
   if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
@@ -630,6 +699,14 @@ int Run() {
         "--testing_cuda_fault_after_jobs=%d: a testing flag; every GPU faults "
         "on purpose after %d jobs and leaves service",
         jobs, jobs);
+  }
+
+  if (const double delay = absl::GetFlag(FLAGS_testing_startup_delay_seconds);
+      delay > 0) {
+    Log(LogLevel::kWarning,
+        "--testing_startup_delay_seconds=%g: a testing flag; start-up waits",
+        delay);
+    absl::SleepFor(absl::Seconds(delay));
   }
 
   EngineOptions engine_options;
@@ -855,20 +932,8 @@ int Run() {
     }
   });
 
-  int signal = 0;
-  sigwait(&signals, &signal);
-  // A second signal is an operator who will not wait for the drain.
-  std::thread([signals, &service] {
-    int again = 0;
-    sigwait(&signals, &again);
-    // The calls cut off here are neither counted nor logged one by one.
-    Log(LogLevel::kWarning,
-        "signal %d again: stopping now, without waiting for the %d running "
-        "calls",
-        again, service.calls().running());
-    std::fflush(nullptr);
-    std::_Exit(1);
-  }).detach();
+  const int signal = signals.AwaitDrainSignal(
+      [&service] { return service.calls().running(); });
   const absl::Duration unready =
       absl::Seconds(absl::GetFlag(FLAGS_unready_seconds));
   const absl::Duration drain =

@@ -1804,6 +1804,27 @@ TEST_F(ReliabilityTest, AResultThatArrivedWholeIsKeptWhenTheStreamThenEnds) {
   }
 }
 
+// A signal while the server starts (setting up many GPUs can take a while)
+// stops it at once, without the drain's clean exit code; before, signals were
+// blocked until it served, and a second Ctrl-C merged into the first.
+TEST_F(ReliabilityTest, ASignalDuringStartUpStopsTheServerAtOnce) {
+  absl::Time signalled = absl::InfiniteFuture();
+  const auto [code, text] = ServerProcess::RunUntilExit(
+      {ServerProcess::BackendFlag(), "--log_level=warning",
+       "--testing_startup_delay_seconds=60"},
+      absl::Seconds(30), [&signalled](pid_t pid, absl::string_view stderr) {
+        if (signalled == absl::InfiniteFuture() &&
+            absl::StrContains(stderr, "start-up waits")) {
+          kill(pid, SIGTERM);
+          signalled = absl::Now();
+        }
+      });
+  ASSERT_NE(signalled, absl::InfiniteFuture()) << text;
+  EXPECT_EQ(code, 1) << text;
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(5));
+  EXPECT_THAT(text, HasSubstr("signal 15 during start-up: stopping"));
+}
+
 // A second signal during the wait before the drain ends the server at once,
 // without the drain's clean exit code.
 TEST_F(ReliabilityTest, ASecondSignalStopsTheServerAtOnce) {

@@ -221,7 +221,8 @@ int ServerProcess::Stop(int signal, absl::Duration timeout) {
 }
 
 ServerProcess::Exit ServerProcess::RunUntilExit(
-    const std::vector<std::string>& args, absl::Duration timeout) {
+    const std::vector<std::string>& args, absl::Duration timeout,
+    const std::function<void(pid_t, absl::string_view)>& on_stderr) {
   std::vector<std::string> argv = {BinaryFromEnvironment(),
                                    "--address=127.0.0.1:0",
                                    "--metrics_address=127.0.0.1:0"};
@@ -238,6 +239,7 @@ ServerProcess::Exit ServerProcess::RunUntilExit(
     const ssize_t n = read(err, buffer, sizeof(buffer));
     if (n <= 0) break;  // The server closed stderr: it is exiting.
     exit.stderr_text.append(buffer, n);
+    if (on_stderr) on_stderr(*pid, exit.stderr_text);
   }
   close(err);
   exit.code = WaitForExit(*pid, deadline);

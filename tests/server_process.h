@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -83,8 +84,12 @@ class ServerProcess {
   };
   // Runs the environment's server with `args` (on loopback, port 0) until it
   // exits, collecting what it writes to stderr; SIGKILL after `timeout`.
-  static Exit RunUntilExit(const std::vector<std::string>& args,
-                           absl::Duration timeout = absl::Seconds(20));
+  // `on_stderr`, if given, sees the server's pid and its stderr so far each
+  // time more arrives.
+  static Exit RunUntilExit(
+      const std::vector<std::string>& args,
+      absl::Duration timeout = absl::Seconds(20),
+      const std::function<void(pid_t, absl::string_view)>& on_stderr = nullptr);
 
   ~ServerProcess();
 
