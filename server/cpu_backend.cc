@@ -1,6 +1,7 @@
 #include "server/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -82,8 +83,11 @@ class CpuBackend::Job final : public TransposeJob {
   }
 
   // Bands in flight use the buffers: wait for them (a cancelled upload can
-  // leave some running).
+  // leave some running). Those still queued, maybe behind other jobs' bands,
+  // find the job abandoned and return at once: nobody reads their rows, and
+  // this runs on a transport thread that must not wait out the queue.
   ~Job() override {
+    abandoned_.store(true, std::memory_order_relaxed);
     {
       std::unique_lock<std::mutex> lock(bands_->mutex);
       bands_->idle_changed.wait(lock, [this] { return bands_->idle; });
@@ -215,6 +219,12 @@ class CpuBackend::Job final : public TransposeJob {
   }
 
   void RunBand(kernels::RowRange range, std::vector<HeldPiece> held) {
+    if (abandoned_.load(std::memory_order_relaxed)) {
+      held.clear();
+      StartBand(/*last=*/false);
+      FinishBand(absl::CancelledError("the job was abandoned"));
+      return;
+    }
     Metrics::BackendSeries& series = *backend_.series_;
     series.busy_streams->Increment();
     StartBand(/*last=*/range.last == args_.batch * args_.rows);
@@ -260,6 +270,7 @@ class CpuBackend::Job final : public TransposeJob {
     double kernel_seconds;
     absl::Time last_band_start;
     bool complete;
+    bool idle;
     {
       std::lock_guard<std::mutex> lock(bands->mutex);
       if (--bands->running == 0) {
@@ -267,14 +278,14 @@ class CpuBackend::Job final : public TransposeJob {
             absl::ToDoubleSeconds(absl::Now() - bands->running_since);
       }
       if (!status.ok()) bands->status = status;
-      bands->idle = --bands->pending == 0;
-      complete = bands->idle && bands->last_added;
+      idle = bands->idle = --bands->pending == 0;
+      complete = idle && bands->last_added;
       result = bands->status;
       kernel_seconds = bands->kernel_seconds;
       last_band_start = bands->last_band_start;
     }
     // `bands` outlives a job destroyed the moment this wakes its destructor.
-    bands->idle_changed.notify_all();
+    if (idle) bands->idle_changed.notify_all();
     if (!complete) return;
     // Complete means Run has added its band, so run_at_ is written.
     stats_.queue_seconds =
@@ -313,6 +324,8 @@ class CpuBackend::Job final : public TransposeJob {
   // Written by the last band only.
   TransposeStats stats_;
   const std::shared_ptr<Bands> bands_;
+  // Set as the job is destroyed, with no Run to come or after its done.
+  std::atomic<bool> abandoned_{false};
 };
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options, Metrics& metrics)
