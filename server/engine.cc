@@ -49,6 +49,21 @@ EngineOptions WithMatrixLimitWithinBudget(EngineOptions options) {
 
 }  // namespace
 
+namespace {
+
+// Adds `amount` to `count` if the total stays within `limit` (0: no limit);
+// `before` is the count it found.
+template <typename T>
+bool AddWithinLimit(std::atomic<T>& count, T amount, T limit, T& before) {
+  before = count.load();
+  do {
+    if (limit > 0 && (before > limit || amount > limit - before)) return false;
+  } while (!count.compare_exchange_weak(before, before + amount));
+  return true;
+}
+
+}  // namespace
+
 Engine::Admission& Engine::Admission::operator=(Admission&& other) noexcept {
   if (this != &other) {
     Release();
@@ -172,25 +187,31 @@ absl::StatusOr<Engine::Admission> Engine::Admit(uint64_t bytes,
     ++share.requests;
     counted_caller = std::string(caller);
   }
-  // Count first, then check: concurrent admissions never both slip under a
-  // limit.
-  const int requests = inflight_requests_.fetch_add(1) + 1;
-  const uint64_t total = inflight_bytes_.fetch_add(bytes) + bytes;
-  Admission admission(this, bytes, std::move(counted_caller));
-  if (options_.max_inflight_requests > 0 &&
-      requests > options_.max_inflight_requests) {
-    return RetryLater(absl::ResourceExhaustedError(absl::StrFormat(
+  // Each count grows only to a total within its limit: concurrent admissions
+  // never both slip under a limit, and one refused never held room, however
+  // briefly, that refused another that fits.
+  absl::Status refused;
+  int requests = 0;
+  uint64_t admitted_bytes = 0;
+  if (!AddWithinLimit(inflight_requests_, 1, options_.max_inflight_requests,
+                      requests)) {
+    refused = absl::ResourceExhaustedError(absl::StrFormat(
         "server busy: %d requests in flight, the limit is %d; retry later",
-        requests - 1, options_.max_inflight_requests)));
-  }
-  if (options_.max_inflight_bytes > 0 && total > options_.max_inflight_bytes) {
-    return RetryLater(absl::ResourceExhaustedError(
+        requests, options_.max_inflight_requests));
+  } else if (!AddWithinLimit(inflight_bytes_, bytes,
+                             options_.max_inflight_bytes, admitted_bytes)) {
+    inflight_requests_.fetch_sub(1);
+    refused = absl::ResourceExhaustedError(
         absl::StrFormat("server busy: %d bytes of matrices in flight, and %d "
                         "more would pass the limit of %d; "
                         "retry later",
-                        total - bytes, bytes, options_.max_inflight_bytes)));
+                        admitted_bytes, bytes, options_.max_inflight_bytes));
   }
-  return admission;
+  if (!refused.ok()) {
+    if (!counted_caller.empty()) ReleaseCallerShare(counted_caller, bytes);
+    return RetryLater(std::move(refused));
+  }
+  return Admission(this, bytes, std::move(counted_caller));
 }
 
 }  // namespace transpose
