@@ -45,9 +45,15 @@ class CallGate {
   // Waits until no call runs, or until `deadline`; whether none does.
   bool AwaitNoCalls(absl::Time deadline) {
     std::unique_lock<std::mutex> lock(mutex_);
-    return no_calls_.wait_for(lock,
-                              absl::ToChronoNanoseconds(deadline - absl::Now()),
-                              [this] { return running_ == 0; });
+    const auto none_running = [this] { return running_ == 0; };
+    // An infinite wait as a duration would overflow the clock's arithmetic
+    // and return at once.
+    if (deadline == absl::InfiniteFuture()) {
+      no_calls_.wait(lock, none_running);
+      return true;
+    }
+    return no_calls_.wait_for(
+        lock, absl::ToChronoNanoseconds(deadline - absl::Now()), none_running);
   }
 
  private:

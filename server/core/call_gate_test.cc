@@ -1,5 +1,6 @@
 #include "server/core/call_gate.h"
 
+#include <atomic>
 #include <thread>
 
 #include "absl/time/clock.h"
@@ -24,6 +25,21 @@ TEST(CallGateTest, ClosingRefusesNewCallsAndLetsRunningOnesFinish) {
   EXPECT_TRUE(gate.AwaitNoCalls(absl::Now() + absl::Seconds(30)));
   finisher.join();
   EXPECT_FALSE(gate.TryEnter());
+}
+
+// No deadline (Close's default) waits as long as calls run.
+TEST(CallGateTest, AnInfiniteDeadlineWaitsForTheCalls) {
+  CallGate gate;
+  ASSERT_TRUE(gate.TryEnter());
+  std::atomic<bool> left{false};
+  std::thread finisher([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    left = true;
+    gate.Leave();
+  });
+  EXPECT_TRUE(gate.AwaitNoCalls(absl::InfiniteFuture()));
+  EXPECT_TRUE(left.load());
+  finisher.join();
 }
 
 TEST(CallGateTest, TheDrainIsOverAtItsDeadline) {
