@@ -8,6 +8,7 @@
 #include "absl/numeric/bits.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "server/core/process.h"
 #include "server/core/retry.h"
 
 namespace transpose {
@@ -35,8 +36,10 @@ class HostAllocator final : public MemoryAllocator {
     void* data = mmap(nullptr, RoundToPages(bytes), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (data == MAP_FAILED) {
-      return RetryLater(absl::ResourceExhaustedError(
-          absl::StrFormat("out of host memory allocating %d bytes", bytes)));
+      absl::Status status = absl::ResourceExhaustedError(
+          absl::StrFormat("out of host memory allocating %d bytes", bytes));
+      // Other jobs hold the memory for now, unless this one could never fit.
+      return FitsHostMemory(bytes) ? RetryLater(std::move(status)) : status;
     }
     // Advice only: where THP is off, the pages stay small. With THP's defrag
     // on "madvise", the first touch of a new buffer may compact memory; the
@@ -59,7 +62,14 @@ size_t BufferPool::SizeClass(size_t bytes) {
   if (bytes <= 64 * 1024) return RoundToPages(bytes);
   const int top = 63 - absl::countl_zero(static_cast<uint64_t>(bytes));
   const size_t step = size_t{1} << (top - 2);
+  // No class above the largest size: no machine has it anyway.
+  if (bytes > SIZE_MAX - (step - 1)) return bytes;
   return (bytes + step - 1) / step * step;
+}
+
+bool FitsHostMemory(uint64_t bytes) {
+  // Twice over: a job holds its input and its result.
+  return bytes <= PhysicalMemoryBytes() / 2;
 }
 
 std::unique_ptr<MemoryAllocator> NewHostAllocator() {

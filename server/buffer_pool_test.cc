@@ -1,9 +1,12 @@
 #include "server/buffer_pool.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "server/core/process.h"
+#include "server/core/retry.h"
 
 namespace transpose {
 namespace {
@@ -125,6 +128,27 @@ TEST(BufferPoolTest, ReportsAllocationFailure) {
   EXPECT_EQ(pool.Acquire(size_t{1} << 41).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(pool.allocated_bytes(), 0u);
+}
+
+// Host memory that runs out is worth a retry only for a job that could fit
+// the host at all: a larger one would be sent again until its deadline.
+TEST(BufferPoolTest, OutOfHostMemoryIsForNowOnlyWhereTheJobCouldFit) {
+  BufferPool pool(NewHostAllocator(), 0);
+  const absl::Status never = pool.Acquire(size_t{1} << 62).status();
+  EXPECT_EQ(never.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(IsRetryLater(never));
+  EXPECT_TRUE(FitsHostMemory(PhysicalMemoryBytes() / 4));
+  EXPECT_FALSE(FitsHostMemory(PhysicalMemoryBytes()));
+}
+
+// The largest sizes have a class (themselves), not one that wraps to 0.
+TEST(BufferPoolTest, SizeClassesNeverWrap) {
+  for (size_t bytes : {SIZE_MAX, SIZE_MAX - 1, size_t{1} << 63,
+                       (size_t{1} << 63) + 1, size_t{3} << 62}) {
+    EXPECT_GE(BufferPool::SizeClass(bytes), bytes) << bytes;
+  }
+  EXPECT_EQ(BufferPool::SizeClass((size_t{1} << 40) + 1),
+            (size_t{1} << 40) + (size_t{1} << 38));
 }
 
 TEST(BufferPoolTest, MovedBufferIsReleasedOnce) {

@@ -74,8 +74,11 @@ class PinnedAllocator final : public MemoryAllocator {
     if (error != cudaSuccess) cudaGetLastError();  // Clear it if not sticky.
     const absl::Status status = CudaStatus(
         error, absl::StrFormat("pinning %d bytes of host memory", bytes));
-    // Out of memory (RESOURCE_EXHAUSTED) is for now: other jobs hold it.
-    if (absl::IsResourceExhausted(status)) return RetryLater(status);
+    // Out of memory (RESOURCE_EXHAUSTED) is for now, where other jobs hold
+    // it, unless this one could never fit.
+    if (absl::IsResourceExhausted(status) && FitsHostMemory(bytes)) {
+      return RetryLater(status);
+    }
     TRANSPOSE_RETURN_IF_ERROR(status);
     return data;
   }
