@@ -238,6 +238,12 @@ uint64_t TransportQuota(uint64_t flag, uint64_t inflight, uint64_t message) {
 // library sends up to 1 MiB of data per message, and a transport quota that
 // admitted uploads can fill resets calls at random.
 absl::Status CheckFlags() {
+  LogLevel level;
+  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--log_level=%s: expected debug, info, warning or error",
+        absl::GetFlag(FLAGS_log_level)));
+  }
   constexpr uint64_t kMinMessageBytes = api::kMinMessageDataBytes;
   constexpr uint64_t kMaxMessageBytes = api::kMaxMessageDataBytes;
   const uint64_t message = absl::GetFlag(FLAGS_max_message_bytes);
@@ -658,19 +664,14 @@ class SignalHandler {
 int Run() {
   SignalHandler& signals = SignalHandler::Start();
 
-  LogLevel level;
-  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
-    std::fprintf(stderr,
-                 "--log_level=%s: expected debug, info, warning or error\n",
-                 absl::GetFlag(FLAGS_log_level).c_str());
-    return 2;
-  }
-  SetLogLevel(level);
-  RouteGrpcLogs();
   if (absl::Status status = CheckFlags(); !status.ok()) {
     std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
     return 2;
   }
+  LogLevel level;
+  ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level);  // Checked above.
+  SetLogLevel(level);
+  RouteGrpcLogs();
 
   auto registry = std::make_shared<prometheus::Registry>();
   Metrics metrics(*registry, TRANSPOSE_VERSION);
@@ -1013,6 +1014,7 @@ int main(int argc, char** argv) {
   usage.name = "transpose_server";
   usage.version = TRANSPOSE_VERSION;
   usage.main_source_suffix = "server/main.cc";
+  usage.check_flags = transpose::CheckFlags;
   usage.usage_message =
       "Serves matrix transposes over gRPC on GPUs (or the CPU).\n"
       "Usage: transpose_server [--address=HOST:PORT] "

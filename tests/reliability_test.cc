@@ -1304,13 +1304,24 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
                                  "--address=127.0.0.1",
                                  "--metrics_address=:0",
                                  "--metrics_address=[::1]:0",
+                                 "--log_level=loud",
                                  "stray"}) {
     const auto [code, text] =
         ServerProcess::RunUntilExit({"--backend=cpu", flag});
     EXPECT_EQ(code, 2) << flag << ": " << text;
     EXPECT_THAT(text, HasSubstr(flag.substr(0, flag.find('=') + 1)));
     EXPECT_THAT(text, HasSubstr("expected"));
+    // --only_check_args refuses the same values, as a deploy step checking a
+    // server's flags expects (it used to check only that they parse).
+    if (flag == "stray") continue;
+    const auto [check_code, check_text] = ServerProcess::RunUntilExit(
+        {"--backend=cpu", "--only_check_args", flag});
+    EXPECT_EQ(check_code, 2) << flag << ": " << check_text;
+    EXPECT_THAT(check_text, HasSubstr(flag.substr(0, flag.find('=') + 1)));
   }
+  EXPECT_EQ(
+      ServerProcess::RunUntilExit({"--backend=cpu", "--only_check_args"}).code,
+      0);
   // Values that cannot work together: no admission budget but a transport
   // quota below one message (no call gets through); a million CPU threads.
   for (const std::vector<std::string>& flags :

@@ -1,7 +1,9 @@
 #include "server/core/command_line.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "absl/flags/internal/parse.h"
 #include "absl/flags/internal/usage.h"
@@ -32,9 +34,17 @@ std::vector<char*> ParseCommandLine(int argc, char** argv,
       argc, argv, absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
       absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
       absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
+  const bool only_check_args = absl::flags_internal::GetFlagsHelpMode() ==
+                               absl::flags_internal::HelpMode::kOnlyCheckArgs;
   if (absl::flags_internal::HandleUsageFlags(
           std::cout, absl::ProgramUsageMessage()) >= 0) {
     std::cout.flush();
+    if (only_check_args && usage.check_flags != nullptr) {
+      if (const absl::Status status = usage.check_flags(); !status.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+        std::exit(2);
+      }
+    }
     std::exit(0);
   }
   return positional;
