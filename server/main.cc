@@ -389,6 +389,20 @@ absl::Status CheckFlags() {
           ": expected an IPv4 address or a host name (the metrics listener "
           "has no IPv6)"));
     }
+    // Else the second listener fails as "the port is in use", held by the
+    // first, which is gone by the time anyone looks.
+    const HostPort grpc = *ParseHostPort(address);
+    const auto wildcard = [](const std::string& host) {
+      return host == "0.0.0.0" || host == "[::]";
+    };
+    if (parsed->port != 0 && parsed->port == grpc.port &&
+        (parsed->host == grpc.host || wildcard(parsed->host) ||
+         wildcard(grpc.host))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics_address=", metrics_address,
+                       ": expected a port other than --address=", address,
+                       "'s (both listeners would take it)"));
+    }
   }
   struct Seconds {
     const char* name;

@@ -1304,6 +1304,7 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
                                  "--address=127.0.0.1",
                                  "--metrics_address=:0",
                                  "--metrics_address=[::1]:0",
+                                 "--metrics_address=0,127.0.0.1:0",
                                  "--log_level=loud",
                                  "stray"}) {
     const auto [code, text] =
@@ -1323,11 +1324,13 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
       ServerProcess::RunUntilExit({"--backend=cpu", "--only_check_args"}).code,
       0);
   // Values that cannot work together: no admission budget but a transport
-  // quota below one message (no call gets through); a million CPU threads.
+  // quota below one message (no call gets through); a million CPU threads;
+  // both listeners on one port.
   for (const std::vector<std::string>& flags :
        std::vector<std::vector<std::string>>{
            {"--max_inflight_bytes=0", "--max_transport_bytes=1048576"},
-           {"--streams_per_device=1024", "--cpu_threads=1024"}}) {
+           {"--streams_per_device=1024", "--cpu_threads=1024"},
+           {"--address=127.0.0.1:50051", "--metrics_address=0.0.0.0:50051"}}) {
     std::vector<std::string> args = {"--backend=cpu"};
     args.insert(args.end(), flags.begin(), flags.end());
     const auto [code, text] = ServerProcess::RunUntilExit(args);

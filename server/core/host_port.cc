@@ -24,6 +24,20 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", address, "': write an IPv6 host in brackets, [::1]:PORT"));
   }
+  // A name's or an address's characters only: the metrics listener reads a
+  // comma as a list of listeners ("9000,127.0.0.1" would listen on port 9000
+  // of every interface too), and gRPC reads other characters its own ways.
+  const bool bracketed = absl::StartsWith(host, "[");
+  for (char c : bracketed ? host.substr(1, host.size() - 2) : host) {
+    const bool allowed =
+        absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+        (bracketed ? c == ':' || c == '%' : c == '-' || c == '_');
+    if (!allowed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", address, "': the host holds '", absl::string_view(&c, 1),
+          "', which no host name or address does"));
+    }
+  }
   int number = 0;
   bool digits = !port.empty() && port.size() <= 5;
   for (char c : port) {
