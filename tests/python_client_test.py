@@ -400,6 +400,18 @@ class PythonClientTest(unittest.TestCase):
 
             np.save(os.path.join(tmp, "vector.npy"), np.arange(5))
             refused(cli(os.path.join(tmp, "vector.npy"), target), "shape (5,)")
+            # Not .npy files: an .npz archive (np.load would give an NpzFile), raw bytes, and an
+            # object array (np.load blames pickling), each named.
+            with open(os.path.join(tmp, "archive.npy"), "wb") as f:
+                np.savez(f, x=array)
+            refused(cli(os.path.join(tmp, "archive.npy"), target), "archive.npy: not a .npy file")
+            with open(os.path.join(tmp, "raw.npy"), "wb") as f:
+                f.write(array.tobytes())
+            refused(cli(os.path.join(tmp, "raw.npy"), target), "raw.npy: not a .npy file")
+            np.save(os.path.join(tmp, "objects.npy"), np.array([[1, "a"]], dtype=object))
+            refused(cli(os.path.join(tmp, "objects.npy"), target), "objects.npy: ")
+            for name in ("archive.npy", "raw.npy", "objects.npy"):
+                os.unlink(os.path.join(tmp, name))
             refused(cli(os.path.join(tmp, "missing.npy"), target), "missing.npy")
             refused(cli(source, os.path.join(tmp, "no", "such", "folder")), "folder")
             # A server's token file during a rotation lists two: which one to send is not for

@@ -528,6 +528,19 @@ class OutputFile:
             raise
 
 
+def load_npy(path: str) -> np.ndarray:
+    """The array a .npy file holds; ValueError naming the file for anything else (np.load would
+    give an .npz archive, or blame pickling for a raw file)."""
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise ValueError(f"{path}: not a .npy file (it does not start with \\x93NUMPY)")
+        f.seek(0)
+        try:
+            return np.load(f, allow_pickle=False)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("input", help="a .npy file holding a 2-D matrix or a 3-D batch")
@@ -552,7 +565,7 @@ def _run(args) -> int:
     if args.tls_ca:
         with open(args.tls_ca, "rb") as f:
             roots = f.read()
-    array = np.load(args.input, allow_pickle=False)
+    array = load_npy(args.input)
     with Client(args.server, token=token, root_certificates=roots, max_attempts=args.attempts,
                 timeout=args.deadline) as client:
         try:
