@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +32,22 @@ absl::StatusOr<Kernel> KernelFor(Algorithm algorithm,
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("algorithm %d is unknown", static_cast<int>(algorithm)));
+}
+
+// INVALID_ARGUMENT for a buffer not aligned to its elements; null buffers (a
+// shape asked about before it has any) pass.
+absl::Status CheckAligned(const TransposeArgs& args) {
+  for (const auto& [what, buffer] :
+       {std::pair<const char*, const void*>{"input", args.input},
+        std::pair<const char*, const void*>{"output", args.output}}) {
+    if (reinterpret_cast<uintptr_t>(buffer) % args.element_size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the %s buffer at %p is not aligned to its %d-byte "
+                          "elements",
+                          what, buffer, args.element_size));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -155,6 +173,7 @@ absl::string_view KernelName(Algorithm algorithm, const TransposeArgs& args) {
 
 absl::Status CanImplement(Algorithm algorithm, const TransposeArgs& args) {
   if (absl::Status status = CheckArgs(args); !status.ok()) return status;
+  if (absl::Status status = CheckAligned(args); !status.ok()) return status;
   int device = 0;
   if (absl::Status status = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
       !status.ok()) {
@@ -188,11 +207,19 @@ absl::Status CheckFitsDevice(Algorithm algorithm, const TransposeArgs& args,
         internal::KernelNameOf(*kernel), shared, args.element_size,
         max_shared_bytes));
   }
+  // Row tiles go along the grid's x, at most 2^31 - 1 of them, and no kernel's
+  // tiles are fewer than 32 rows.
+  constexpr uint64_t kMaxRows = uint64_t{32} * 0x7fffffff;
+  if (args.rows > kMaxRows) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "%d rows are more than a launch grid takes (%d)", args.rows, kMaxRows));
+  }
   return absl::OkStatus();
 }
 
 absl::Status LaunchTranspose(Algorithm algorithm, const TransposeArgs& args,
                              void* cuda_stream) {
+  if (absl::Status status = CheckAligned(args); !status.ok()) return status;
   absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
   if (!kernel.ok()) return kernel.status();
   const internal::Tuning tuning = algorithm == Algorithm::kAuto

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "kernels/gpu_launch.h"
@@ -109,6 +110,45 @@ TEST(CheckFitsDeviceTest, RefusesAKernelLargerThanTheDevicesSharedMemory) {
   EXPECT_EQ(
       CheckFitsDevice(static_cast<Algorithm>(99), complex128, kH200).code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+// Row tiles beyond the grid's x: refused before the upload, not failed at
+// launch as INTERNAL.
+TEST(CheckFitsDeviceTest, RefusesMoreRowTilesThanAGridTakes) {
+  constexpr uint64_t kMaxRows = uint64_t{32} * 0x7fffffff;
+  for (const Algorithm algorithm :
+       {Algorithm::kAuto, Algorithm::kNaive, Algorithm::kPadded32}) {
+    const TransposeArgs fits{1, 1, kMaxRows, 1, nullptr, nullptr};
+    EXPECT_TRUE(CheckFitsDevice(algorithm, fits, 48 << 10).ok());
+    const TransposeArgs too_tall{1, 1, kMaxRows + 1, 1, nullptr, nullptr};
+    const absl::Status refused = CheckFitsDevice(algorithm, too_tall, 48 << 10);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(refused.message().find("more than a launch grid takes"),
+              std::string::npos);
+  }
+}
+
+// A buffer not aligned to its elements is refused before anything reaches the
+// device: a kernel's loads from it would fault, and the fault would end the
+// device's context. (Neither call below touches a device.)
+TEST(AlignmentTest, BuffersNotAlignedToTheirElementsAreRefused) {
+  alignas(16) static uint8_t buffer[2][256];
+  for (const size_t element_size : {2, 4, 8, 16}) {
+    for (const size_t offset : {size_t{1}, element_size / 2}) {
+      const TransposeArgs misaligned_input{element_size,       1,        2, 2,
+                                           buffer[0] + offset, buffer[1]};
+      const TransposeArgs misaligned_output{
+          element_size, 1, 2, 2, buffer[0], buffer[1] + offset};
+      for (const TransposeArgs& args : {misaligned_input, misaligned_output}) {
+        EXPECT_EQ(CanImplement(Algorithm::kAuto, args).code(),
+                  absl::StatusCode::kInvalidArgument)
+            << element_size << " " << offset;
+        EXPECT_EQ(LaunchTranspose(Algorithm::kPadded32, args, nullptr).code(),
+                  absl::StatusCode::kInvalidArgument)
+            << element_size << " " << offset;
+      }
+    }
+  }
 }
 
 }  // namespace
