@@ -40,3 +40,9 @@ if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The tests need Prometheus's binaries and start their own; on a machine run by systemd the
+# package also starts (and enables) a server on every interface's port 9090, which nobody asked
+# for. Stopped where this run installed it, so one an operator runs is left alone.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [[ -d /run/systemd/system ]]; then
+  "${sudo_cmd[@]}" systemctl disable --now prometheus.service || true
+fi

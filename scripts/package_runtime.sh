@@ -11,23 +11,35 @@ cd "$(dirname "$0")/.."
 prefix=${1:?usage: scripts/package_runtime.sh PREFIX}
 build_dir=${BUILD_DIR:-build}
 
+command -v patchelf >/dev/null || {
+  echo "package_runtime: patchelf is needed (scripts/install_deps.sh installs it)" >&2
+  exit 1
+}
 mkdir -p "$prefix/bin" "$prefix/lib"
 binaries=("$build_dir/server/transpose_server" "$build_dir/client/transpose")
-cp "${binaries[@]}" "$prefix/bin/"
+# Every copy replaces what an earlier run staged, whatever its date (a library from a package
+# upgrade is often older than the staged copy), as a new file: a server running from PREFIX keeps
+# the old one it mapped.
+cp --remove-destination "${binaries[@]}" "$prefix/bin/"
 for binary in "${binaries[@]}"; do
-  ldd "$binary" | awk '/=> \// {print $3}' | while read -r lib; do
+  # Whole, before it is read: a library the loader cannot find is an error, not one left out.
+  needed=$(ldd "$binary")
+  if missing=$(grep "not found" <<<"$needed" | grep -v "libcuda\.so"); then
+    echo "package_runtime: $binary needs libraries this machine lacks:" >&2
+    echo "$missing" >&2
+    exit 1
+  fi
+  awk '/=> \// {print $3}' <<<"$needed" | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libcuda.so*) ;;
-      *) cp -Lu "$lib" "$prefix/lib/" ;;
+      *) cp -L --remove-destination "$lib" "$prefix/lib/" ;;
     esac
   done
 done
-if command -v patchelf >/dev/null; then
-  # DT_RPATH rather than RUNPATH: it also serves the libraries' own dependencies.
-  # The ones staged now, by name: bin/ may hold an earlier run's health check script.
-  for binary in "${binaries[@]}"; do
-    patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$prefix/bin/$(basename "$binary")"
-  done
-fi
-cp scripts/healthcheck.sh "$prefix/bin/transpose_healthcheck"
+# DT_RPATH rather than RUNPATH: it also serves the libraries' own dependencies.
+# The ones staged now, by name: bin/ may hold an earlier run's health check script.
+for binary in "${binaries[@]}"; do
+  patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$prefix/bin/$(basename "$binary")"
+done
+cp --remove-destination scripts/healthcheck.sh "$prefix/bin/transpose_healthcheck"
 echo "package_runtime: $(ls "$prefix/bin" | wc -l) binaries, $(ls "$prefix/lib" | wc -l) libraries in $prefix"

@@ -9,15 +9,19 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 scripts/install_deps.sh
+# Said either way: the build directory's cache keeps what an earlier run set, so a build first
+# configured on a GPU machine would otherwise run its end-to-end tests on the CUDA backend here.
 if nvidia-smi -L >/dev/null 2>&1; then
   have_gpu=1
   export CMAKE_ARGS="${CMAKE_ARGS:-} -DTRANSPOSE_TEST_BACKEND=cuda"
 else
   have_gpu=0
+  export CMAKE_ARGS="${CMAKE_ARGS:-} -DTRANSPOSE_TEST_BACKEND=cpu"
 fi
 scripts/build.sh
 
-ctest_args=(--output-on-failure --timeout 1800)
+# A stage whose tests were renamed away fails instead of passing with none run.
+ctest_args=(--output-on-failure --timeout 1800 --no-tests=error)
 (
   cd "${BUILD_DIR:-build}"
   if ((have_gpu)); then

@@ -517,6 +517,10 @@ class DeployTest(unittest.TestCase):
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             self.check_probe(name, container, probe, ports["grpc"], "tls_cert" in uses)
         self.assertIn("nvidia.com/gpu", container["resources"]["limits"])
+        # The log's room (the root filesystem is read-only): an overlay that replaced the whole
+        # resources block used to drop it.
+        for kind in ("requests", "limits"):
+            self.assertIn("ephemeral-storage", container["resources"][kind], name)
         # The preStop pause, the unready phase and the drain fit in the grace period.
         command = container["lifecycle"]["preStop"]["exec"]["command"]
         self.assertEqual(command[0], "sleep", name)
