@@ -619,13 +619,17 @@ class SignalHandler {
     return *handler;
   }
 
-  // From now on a first signal starts the drain: waits for it and returns it.
-  // `running_calls` says, for a second signal's log line, what it cuts off.
-  int AwaitDrainSignal(std::function<int()> running_calls) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      running_calls_ = std::move(running_calls);
-    }
+  // From now on a first signal starts the drain: called before the server
+  // says it listens, so that whoever reads that line and signals at once gets
+  // a drain. `running_calls` says, for a second signal's log line, what it
+  // cuts off.
+  void Serving(std::function<int()> running_calls) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_calls_ = std::move(running_calls);
+  }
+
+  // Waits for the signal that starts the drain, and returns it.
+  int AwaitDrainSignal() {
     drain_.WaitForNotification();
     std::lock_guard<std::mutex> lock(mutex_);
     return first_signal_;
@@ -912,6 +916,7 @@ int Run() {
     return 1;
   }
 
+  signals.Serving([&service] { return service.calls().running(); });
   // Scripts and tests read these two lines to find the ports.
   std::printf("listening on %s:%d\n", (*server)->host().c_str(),
               (*server)->port());
@@ -947,8 +952,7 @@ int Run() {
     }
   });
 
-  const int signal = signals.AwaitDrainSignal(
-      [&service] { return service.calls().running(); });
+  const int signal = signals.AwaitDrainSignal();
   const absl::Duration unready =
       absl::Seconds(absl::GetFlag(FLAGS_unready_seconds));
   const absl::Duration drain =
