@@ -738,6 +738,15 @@ int Run() {
   engine_options.max_inflight_requests_per_caller =
       absl::GetFlag(FLAGS_max_inflight_requests_per_peer);
   Engine engine(*std::move(backends), engine_options);
+  // Said, since every larger request is refused for good (a budget meant in
+  // KiB, say, would refuse nearly all).
+  if (engine.options().max_matrix_bytes < engine_options.max_matrix_bytes) {
+    Log(LogLevel::kWarning,
+        "matrices are limited to %d bytes, the admission budget "
+        "(--max_inflight_bytes or --max_inflight_bytes_per_peer), not "
+        "--max_matrix_bytes=%d: larger ones are refused",
+        engine.options().max_matrix_bytes, engine_options.max_matrix_bytes);
+  }
 
   // A buffer larger than the pool is pinned (or mapped) and freed again with
   // every request: a 1 GiB request ran at 56.5% of its pooled throughput on

@@ -1572,6 +1572,27 @@ std::set<int> ClientPortsTo(int server_port) {
   return ports;
 }
 
+// An admission budget below --max_matrix_bytes limits the matrices, and the
+// server says so as it starts: every larger request is refused for good.
+TEST_F(ReliabilityTest, ABudgetThatLimitsTheMatricesIsWarnedOfAtStart) {
+  for (const bool limited : {true, false}) {
+    const ServerLog server_log;
+    auto server = Start({limited ? "--max_inflight_bytes_per_peer=1024"
+                                 : "--max_inflight_bytes_per_peer=4294967296",
+                         "--log_level=warning", "--unready_seconds=0"},
+                        server_log.path());
+    ASSERT_NE(server, nullptr);
+    EXPECT_EQ(server->Stop(SIGTERM), 0);
+    const std::string log = server_log.Read();
+    if (limited) {
+      EXPECT_THAT(log, HasSubstr("matrices are limited to 1024 bytes, the "
+                                 "admission budget"));
+    } else {
+      EXPECT_THAT(log, Not(HasSubstr("matrices are limited")));
+    }
+  }
+}
+
 // A buffer the pool cannot keep is allocated (pinned, on a GPU) and freed with
 // every request: a pool too small for the largest matrix the limits admit is
 // a misconfiguration worth a line at start, and one that holds it is not.
