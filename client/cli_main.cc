@@ -541,7 +541,7 @@ int RunTranspose() {
         }
       }
     }
-    if (input_bytes > PhysicalMemoryBytes() / 2) {
+    if (!FitsHostMemory(input_bytes)) {
       return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
           "%s is %d bytes; with its result that is more than this machine's "
           "%d bytes of memory",

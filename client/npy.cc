@@ -3,6 +3,7 @@
 #include <array>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -118,6 +119,18 @@ absl::StatusOr<ElementType> ElementTypeOfDescr(absl::string_view descr) {
     // No sane element is 4 GiB; the bound keeps the 'U' count from wrapping.
     if (!absl::SimpleAtoi(digits, &size) || size > (size_t{1} << 32)) size = 0;
     if (normalized[1] == 'U') size *= 4;
+    // Only datetimes have a unit, of letters: a .npy output repeats the descr
+    // as it stands, so nothing else may follow the size.
+    absl::string_view unit = rest.substr(digits.size());
+    const bool datetime = normalized[1] == 'M' || normalized[1] == 'm';
+    if (!unit.empty() &&
+        !(datetime && absl::ConsumePrefix(&unit, "[") &&
+          absl::ConsumeSuffix(&unit, "]") && !unit.empty() &&
+          absl::c_all_of(unit, [](char c) {
+            return absl::ascii_isalnum(static_cast<unsigned char>(c));
+          }))) {
+      size = 0;
+    }
   }
   // Big-endian elements land here too: a transpose moves whole elements, so
   // their byte order is the file's business, not the service's.

@@ -82,7 +82,7 @@ TEST(NpyTest, ReadsEmptyArrays) {
 }
 
 // Plain elements of other kinds parse with their size, for the caller to
-// reinterpret (--dtype); they have no type of the API.
+// send as a type of their size; they have no type of the API.
 TEST(NpyTest, ReadsOtherPlainTypesAsSizedElements) {
   const std::pair<std::string, size_t> cases[] = {
       {"|b1", 1}, {">b1", 1},   {"<M8[s]", 8}, {"<m8[ns]", 8}, {"|V4", 4},
@@ -184,6 +184,17 @@ TEST(NpyTest, RejectsWhatItCannotTranspose) {
        "'|O' is not supported"},
       {File("{'descr': '<U0', 'fortran_order': False, 'shape': (3, 4), }", 0),
        "'<U0' is not supported"},
+      // Only a datetime's unit may follow the size: the descr goes into the
+      // output's header as it stands.
+      {File("{'descr': '<f4[s]', 'fortran_order': False, 'shape': (3, 4), }",
+            48),
+       "'<f4[s]' is not supported"},
+      {File("{'descr': \"<M8[s']\", 'fortran_order': False, 'shape': (3, 4), "
+            "}",
+            96),
+       "is not supported"},
+      {File("{'descr': '<i4x', 'fortran_order': False, 'shape': (3, 4), }", 48),
+       "'<i4x' is not supported"},
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, "
             "4294967296), }",
             0),

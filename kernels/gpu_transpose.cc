@@ -34,8 +34,8 @@ absl::StatusOr<Kernel> KernelFor(Algorithm algorithm,
       absl::StrFormat("algorithm %d is unknown", static_cast<int>(algorithm)));
 }
 
-// INVALID_ARGUMENT for a buffer not aligned to its elements; null buffers (a
-// shape asked about before it has any) pass.
+// INVALID_ARGUMENT for a buffer not aligned to its elements; after CheckArgs,
+// which refuses element sizes other than 1, 2, 4, 8 and 16.
 absl::Status CheckAligned(const TransposeArgs& args) {
   for (const auto& [what, buffer] :
        {std::pair<const char*, const void*>{"input", args.input},
@@ -219,6 +219,7 @@ absl::Status CheckFitsDevice(Algorithm algorithm, const TransposeArgs& args,
 
 absl::Status LaunchTranspose(Algorithm algorithm, const TransposeArgs& args,
                              void* cuda_stream) {
+  if (absl::Status status = CheckArgs(args); !status.ok()) return status;
   if (absl::Status status = CheckAligned(args); !status.ok()) return status;
   absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
   if (!kernel.ok()) return kernel.status();

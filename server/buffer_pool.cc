@@ -67,11 +67,6 @@ size_t BufferPool::SizeClass(size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
-bool FitsHostMemory(uint64_t bytes) {
-  // Twice over: a job holds its input and its result.
-  return bytes <= PhysicalMemoryBytes() / 2;
-}
-
 std::unique_ptr<MemoryAllocator> NewHostAllocator() {
   return std::make_unique<HostAllocator>();
 }

@@ -29,10 +29,6 @@ class MemoryAllocator {
 // Page-aligned pageable host memory.
 std::unique_ptr<MemoryAllocator> NewHostAllocator();
 
-// Whether a job of `bytes` (its input and its result) fits this host's memory
-// when nothing else holds any: whether running out of it is worth a retry.
-bool FitsHostMemory(uint64_t bytes);
-
 class BufferPool {
  public:
   // A buffer of at least size() bytes, given back to its pool when destroyed.

@@ -324,7 +324,7 @@ class CpuBackend::Job final : public TransposeJob {
   // Written by the last band only.
   TransposeStats stats_;
   const std::shared_ptr<Bands> bands_;
-  // Set as the job is destroyed, with no Run to come or after its done.
+  // Set as the job is destroyed, with no Run to come or after it is done.
   std::atomic<bool> abandoned_{false};
 };
 

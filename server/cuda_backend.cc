@@ -19,6 +19,7 @@
 #include "kernels/gpu_transpose.h"
 #include "server/buffer_pool.h"
 #include "server/core/log.h"
+#include "server/core/process.h"
 #include "server/core/retry.h"
 #include "server/core/status_macros.h"
 #include "server/worker_pool.h"

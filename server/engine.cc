@@ -47,10 +47,6 @@ EngineOptions WithMatrixLimitWithinBudget(EngineOptions options) {
   return options;
 }
 
-}  // namespace
-
-namespace {
-
 // Adds `amount` to `count` if the total stays within `limit` (0: no limit);
 // `before` is the count it found.
 template <typename T>
@@ -188,8 +184,9 @@ absl::StatusOr<Engine::Admission> Engine::Admit(uint64_t bytes,
     counted_caller = std::string(caller);
   }
   // Each count grows only to a total within its limit: concurrent admissions
-  // never both slip under a limit, and one refused never held room, however
-  // briefly, that refused another that fits.
+  // never both slip under a limit, and a request refused for its bytes never
+  // held bytes that refused another that fits (only a request slot, for the
+  // moment it takes to give it back).
   absl::Status refused;
   int requests = 0;
   uint64_t admitted_bytes = 0;

@@ -501,6 +501,10 @@ TEST(CpuBackendAbandonTest, AJobDroppedMidUploadDropsItsQueuedBands) {
     ASSERT_TRUE(RunAndWait(**job).ok());
     whole = std::min(whole, absl::Now() - start);
   }
+  // The quickest of three drops: one delayed by the machine's other work
+  // does not decide it. Waiting for every band would take about `whole` each
+  // time; dropping them, one band's time.
+  absl::Duration dropped = absl::InfiniteDuration();
   for (int i = 0; i < 3; ++i) {
     absl::StatusOr<std::unique_ptr<TransposeJob>> job =
         backend.CreateJob(spec, bytes);
@@ -508,9 +512,9 @@ TEST(CpuBackendAbandonTest, AJobDroppedMidUploadDropsItsQueuedBands) {
     (*job)->AppendInput({all_but_a_row}, nullptr);
     const absl::Time start = absl::Now();
     job->reset();
-    EXPECT_LT(absl::Now() - start, whole / 4)
-        << "the whole transpose took " << whole;
+    dropped = std::min(dropped, absl::Now() - start);
   }
+  EXPECT_LT(dropped, whole / 4) << "the whole transpose took " << whole;
 }
 
 // A shape whose rows and columns are whole cache lines: the job transposes the

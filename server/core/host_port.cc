@@ -27,11 +27,13 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   // A name's or an address's characters only: the metrics listener reads a
   // comma as a list of listeners ("9000,127.0.0.1" would listen on port 9000
   // of every interface too), and gRPC reads other characters its own ways.
-  const bool bracketed = absl::StartsWith(host, "[");
+  // An IPv6 address may carry a zone, "[fe80::1%br-lan]".
+  const bool bracketed =
+      absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
   for (char c : bracketed ? host.substr(1, host.size() - 2) : host) {
-    const bool allowed =
-        absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
-        (bracketed ? c == ':' || c == '%' : c == '-' || c == '_');
+    const bool allowed = absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                         c == '.' || c == '-' || c == '_' ||
+                         (bracketed && (c == ':' || c == '%'));
     if (!allowed) {
       return absl::InvalidArgumentError(absl::StrCat(
           "'", address, "': the host holds '", absl::string_view(&c, 1),

@@ -19,7 +19,8 @@ TEST(ParseHostPortTest, SplitsNamesAndAddresses) {
         Case{"localhost:0", "localhost", 0},
         Case{"[::1]:65535", "[::1]", 65535}, Case{"[::]:00080", "[::]", 80},
         Case{"my-host.example_1:80", "my-host.example_1", 80},
-        Case{"[fe80::1%eth0]:1", "[fe80::1%eth0]", 1}}) {
+        Case{"[fe80::1%eth0]:1", "[fe80::1%eth0]", 1},
+        Case{"[fe80::1%br-lan]:1", "[fe80::1%br-lan]", 1}}) {
     absl::StatusOr<HostPort> parsed = ParseHostPort(c.address);
     ASSERT_TRUE(parsed.ok()) << c.address << ": " << parsed.status();
     EXPECT_EQ(parsed->host, c.host);
@@ -39,7 +40,8 @@ TEST(ParseHostPortTest, RefusesWhatTheOsWouldReadDifferently) {
         Case{"host:123456", "0 to 65535"}, Case{"host:", "0 to 65535"},
         Case{"host:-1", "0 to 65535"}, Case{"host:8o", "0 to 65535"},
         Case{"9000,127.0.0.1:9464", "holds ','"}, Case{"a host:1", "holds ' '"},
-        Case{"[::1,]:1", "holds ','"}, Case{"h/x:1", "holds '/'"}}) {
+        Case{"[::1,]:1", "holds ','"}, Case{"h/x:1", "holds '/'"},
+        Case{"[a,:1", "holds '['"}}) {
     absl::StatusOr<HostPort> parsed = ParseHostPort(c.address);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
         << c.address;

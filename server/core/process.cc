@@ -17,4 +17,8 @@ uint64_t PhysicalMemoryBytes() {
          static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
+bool FitsHostMemory(uint64_t bytes) {
+  return bytes <= PhysicalMemoryBytes() / 2;
+}
+
 }  // namespace transpose

@@ -21,6 +21,12 @@ void SetUpProcess();
 // whatever means to hold large buffers checks against this first.
 uint64_t PhysicalMemoryBytes();
 
+// Whether a transpose of `bytes` (its input and its result, both held) fits
+// this machine's memory when nothing else holds any: what a client checks
+// before it reads a large file, and whether a server running out of memory for
+// it should tell its client to try again.
+bool FitsHostMemory(uint64_t bytes);
+
 }  // namespace transpose
 
 #endif  // TRANSPOSE_SERVER_CORE_PROCESS_H_
