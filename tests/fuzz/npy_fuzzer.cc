@@ -1,6 +1,7 @@
 // Fuzzes the .npy header parser the CLI runs on files it is handed.
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "client/npy.h"
 
@@ -22,6 +23,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (header->dtype != transpose::DataType::kUnspecified &&
          header->element_size != transpose::ElementSize(header->dtype)) ||
         elements * header->element_size != file.size() - header->data_offset) {
+      std::abort();
+    }
+    // A .npy output repeats the descr: the header written with it, for the
+    // transposed shape, parses back to the same elements.
+    const transpose::MatrixShape transposed = header->shape.Transposed();
+    std::string written =
+        transpose::FormatNpyHeader(header->descr, transposed, header->batched);
+    const uint64_t data_bytes = file.size() - header->data_offset;
+    if (data_bytes > (uint64_t{1} << 20)) return 0;  // Keep runs fast.
+    written.append(data_bytes, '\0');
+    absl::StatusOr<transpose::NpyHeader> reread =
+        transpose::ParseNpyHeader(written);
+    if (!reread.ok() || reread->descr != header->descr ||
+        reread->dtype != header->dtype ||
+        reread->element_size != header->element_size ||
+        reread->shape != transposed || reread->batched != header->batched ||
+        reread->fortran_order) {
       std::abort();
     }
   }
