@@ -87,22 +87,31 @@ void RemoveTemporariesAndDie(int signal) {
   ::raise(signal);
 }
 
-// Lists a temporary file, once created, for removal on a terminating signal,
-// while it lives. Names too long for a slot, or past the slots, go unlisted.
+// A temporary file made from a mkostemp template, listed for removal on a
+// terminating signal while this lives. Listed before it exists: mkostemp
+// writes each name it tries into the slot's own buffer before it creates the
+// file, so a signal at any moment finds the name of the file, or of none
+// (which unlink ignores). Listed after its creation, a signal in between left
+// the file behind. Names too long for a slot, or past the slots, go unlisted.
 class ListedTemporary {
  public:
-  explicit ListedTemporary(const std::string& path) {
-    if (path.size() >= PATH_MAX) return;
-    for (TemporarySlot& slot : temporary_slots) {
-      bool free = false;
-      if (slot.taken.compare_exchange_strong(free, true)) {
-        path.copy(slot.path, path.size());
-        slot.path[path.size()] = '\0';
-        slot.ready.store(true);
-        slot_ = &slot;
-        return;
+  explicit ListedTemporary(std::string name_template)
+      : path_(std::move(name_template)) {
+    if (path_.size() < PATH_MAX) {
+      for (TemporarySlot& slot : temporary_slots) {
+        bool free = false;
+        if (slot.taken.compare_exchange_strong(free, true)) {
+          path_.copy(slot.path, path_.size());
+          slot.path[path_.size()] = '\0';
+          slot.ready.store(true);
+          slot_ = &slot;
+          break;
+        }
       }
     }
+    fd_ = ::mkostemp(slot_ != nullptr ? slot_->path : path_.data(), O_CLOEXEC);
+    error_ = errno;
+    if (slot_ != nullptr) path_ = slot_->path;
   }
   ~ListedTemporary() {
     if (slot_ == nullptr) return;
@@ -112,8 +121,16 @@ class ListedTemporary {
   ListedTemporary(const ListedTemporary&) = delete;
   ListedTemporary& operator=(const ListedTemporary&) = delete;
 
+  // The file's descriptor, or -1 with mkostemp's errno in error().
+  int fd() const { return fd_; }
+  int error() const { return error_; }
+  const std::string& path() const { return path_; }
+
  private:
+  std::string path_;
   TemporarySlot* slot_ = nullptr;
+  int fd_ = -1;
+  int error_ = 0;
 };
 
 // The descriptor `path` names, for the paths that name one of the process's
@@ -280,10 +297,13 @@ absl::Status FileWriter::Commit(
   }
   // A name no other writer has (O_EXCL, never through a link), with the mode
   // the file has, or a new file would get.
-  std::string temporary = TemporaryNameBeside(path_);
-  const int fd = ::mkostemp(temporary.data(), O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot write", path_);
-  const ListedTemporary listed(temporary);
+  const ListedTemporary listed(TemporaryNameBeside(path_));
+  const int fd = listed.fd();
+  if (fd < 0) {
+    errno = listed.error();
+    return ErrnoError("cannot write", path_);
+  }
+  const std::string& temporary = listed.path();
   struct stat info;
   const mode_t mode = ::stat(path_.c_str(), &info) == 0 ? info.st_mode & 07777
                                                         : 0666 & ~Umask();
