@@ -32,7 +32,14 @@ std::vector<uint8_t> Reference(const std::vector<uint8_t>& in, size_t size,
 
 struct Case {
   uint64_t batch, rows, cols;
+  uint64_t Bytes(size_t size) const { return batch * rows * cols * size; }
 };
+
+std::vector<uint8_t> RandomBytes(uint64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> bytes(n);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  return bytes;
+}
 
 TEST(CpuTransposeTest, MatchesReferenceForEveryElementSizeAndShape) {
   std::mt19937 rng(1);
@@ -40,8 +47,7 @@ TEST(CpuTransposeTest, MatchesReferenceForEveryElementSizeAndShape) {
     for (Case c : {Case{1, 1, 1}, Case{1, 1, 1000}, Case{1, 1000, 1},
                    Case{1, 31, 33}, Case{1, 64, 64}, Case{1, 127, 65},
                    Case{3, 65, 129}, Case{5, 1, 7}, Case{1, 613, 1031}}) {
-      std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
-      for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+      const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
       std::vector<uint8_t> out(in.size(), 0xA5);
       TransposeArgs args{size, c.batch, c.rows, c.cols, in.data(), out.data()};
       ASSERT_TRUE(TransposeOnCpu(args).ok());
@@ -52,9 +58,8 @@ TEST(CpuTransposeTest, MatchesReferenceForEveryElementSizeAndShape) {
 }
 
 TEST(CpuTransposeTest, ThreadCountDoesNotChangeTheResult) {
-  std::vector<uint8_t> in(4 * 1031 * 1029);
   std::mt19937 rng(2);
-  for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+  const std::vector<uint8_t> in = RandomBytes(4 * 1031 * 1029, rng);
   const std::vector<uint8_t> expected = Reference(in, 4, 1, 1031, 1029);
   for (int threads : {1, 2, 3, 8}) {
     std::vector<uint8_t> out(in.size(), 0);
@@ -73,8 +78,7 @@ TEST(CpuTransposeTest, RowRangesAddUpToTheWholeTranspose) {
     const Case c{
         3, 200,
         77};  // 200 rows: ranges end at 64, 128, 192 and the matrix end.
-    std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
-    for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+    const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
     std::vector<uint8_t> out(in.size(), 0xA5);
     const TransposeArgs args{size,   c.batch,   c.rows,
                              c.cols, in.data(), out.data()};
@@ -112,8 +116,7 @@ TEST(CpuTransposeTest, RowRangesFromPiecesMatchReference) {
     // Rows and columns whole lines for every element size; 256 rows in four
     // ranges of the 64-row granule.
     const Case c{2, 128, 192};
-    std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
-    for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+    const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
     const std::vector<uint8_t> expected =
         Reference(in, size, c.batch, c.rows, c.cols);
     const Pieces pieces = CutIntoPieces(in, rng);
@@ -186,8 +189,7 @@ TEST_P(TiledBuildTest, MatchesReference) {
   for (size_t size : {1, 2, 4, 8, 16}) {
     for (Case c : {Case{1, 129, 131}, Case{2, 40, 300}, Case{1, 1, 77},
                    Case{1, 77, 1}}) {
-      std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
-      for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+      const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
       std::vector<uint8_t> out(in.size(), 0xA5);
       const TransposeArgs args{size,   c.batch,   c.rows,
                                c.cols, in.data(), out.data()};
@@ -205,8 +207,7 @@ TEST_P(TiledBuildTest, RowRangesFromPiecesMatchReference) {
   std::mt19937 rng(7);
   for (size_t size : {1, 2, 4, 8, 16}) {
     const Case c{2, 128, 192};
-    std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
-    for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+    const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
     const Pieces pieces = CutIntoPieces(in, rng);
     std::vector<uint8_t> out(in.size(), 0xA5);
     const TransposeArgs args{size,   c.batch, c.rows,
@@ -234,8 +235,7 @@ TEST(CpuTransposeTest, WholeMatrixFromPiecesOnSeveralThreadsMatchesReference) {
   std::mt19937 rng(11);
   for (size_t size : {1, 4, 16}) {
     const Case c{2, 512, 1024};
-    std::vector<uint8_t> in(c.batch * c.rows * c.cols * size);
-    for (uint8_t& b : in) b = static_cast<uint8_t>(rng());
+    const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
     const std::vector<uint8_t> expected =
         Reference(in, size, c.batch, c.rows, c.cols);
     const Pieces pieces = CutIntoPieces(in, rng);
