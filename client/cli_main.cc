@@ -4,8 +4,8 @@
 //   transpose transpose --in A.bin --rows R --cols C --dtype float32 --out
 //   B.bin transpose info | health | bench --concurrency 8 --duration 10s
 //   --shape 1024x1024
-#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -356,12 +356,13 @@ struct InputLayout {
   std::string descr;
 };
 
-// The layout of the `input_bytes` bytes at `in_path`, which begin with
-// `start`: from its .npy header, or from the raw-input flags. Returns 0, or
-// the exit code of a mistake it has reported.
+// The layout of the `input_bytes` bytes at `in_path` (none: not known yet, and
+// left to the caller to check), which begin with `start`: from its .npy
+// header, or from the raw-input flags. Returns 0, or the exit code of a mistake
+// it has reported.
 int ReadLayout(const std::string& in_path, absl::string_view start,
-               uint64_t input_bytes, std::optional<DataType> dtype,
-               InputLayout& layout) {
+               std::optional<uint64_t> input_bytes,
+               std::optional<DataType> dtype, InputLayout& layout) {
   if (IsNpy(start)) {
     absl::StatusOr<NpyHeader> header = ParseNpyHeader(start, input_bytes);
     if (!header.ok()) {
@@ -450,9 +451,9 @@ int ReadLayout(const std::string& in_path, absl::string_view start,
                                 bytes.status().message()));
     }
     // Here, before a large file is read, rather than in the client library.
-    if (*bytes != input_bytes) {
+    if (input_bytes.has_value() && *bytes != *input_bytes) {
       return FailHere(absl::InvalidArgumentError(absl::StrFormat(
-          "%s holds %d bytes; %s %s needs %d", in_path, input_bytes,
+          "%s holds %d bytes; %s %s needs %d", in_path, *input_bytes,
           DataTypeName(layout.dtype), ShapeToString(layout.shape), *bytes)));
     }
     layout.batched = layout.shape.batch > 1;
@@ -497,23 +498,33 @@ int RunTranspose() {
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return FailHere(client.status());
 
-  // A large regular file is checked against the server's limit and this
-  // machine's memory (it and the result are both held here) from its header,
-  // before it is read whole. Smaller files, and pipes, are read at once.
+  // A large input is checked against the server's limit and this machine's
+  // memory (it and the result are both held here) from its start, before the
+  // rest is read: a regular file from its first MiB, a pipe from its first
+  // 64 MiB (a pipe's size shows only at its end). Smaller inputs are read
+  // whole at once.
   constexpr uint64_t kCheckAbove = 64 << 20;
   constexpr size_t kHeaderBytes = 1 << 20;
-  struct stat file;
-  const bool large = ::stat(in_path.c_str(), &file) == 0 &&
-                     S_ISREG(file.st_mode) &&
-                     static_cast<uint64_t>(file.st_size) > kCheckAbove;
-  absl::StatusOr<std::string> contents =
-      ReadFile(in_path, large ? kHeaderBytes : SIZE_MAX);
-  if (!contents.ok()) return FailHere(contents.status());
-  const uint64_t input_bytes = large ? file.st_size : contents->size();
+  absl::StatusOr<FileReader> reader = FileReader::Open(in_path);
+  if (!reader.ok()) return FailHere(reader.status());
+  std::string contents;
+  const std::optional<uint64_t> regular_size = reader->regular_size();
+  if (absl::Status read = reader->ReadUpTo(
+          regular_size.value_or(0) > kCheckAbove ? kHeaderBytes
+                                                 : kCheckAbove + 1,
+          contents);
+      !read.ok()) {
+    return FailHere(read);
+  }
+  const bool large = !reader->ended();
+  // A large pipe's layout is read without its size, and the size is checked
+  // once it has been read.
+  const std::optional<uint64_t> input_bytes =
+      large ? regular_size : std::optional<uint64_t>(contents.size());
 
   InputLayout layout;
   if (const int mistake =
-          ReadLayout(in_path, *contents, input_bytes, dtype, layout);
+          ReadLayout(in_path, contents, input_bytes, dtype, layout);
       mistake != 0) {
     return mistake;
   }
@@ -528,6 +539,10 @@ int RunTranspose() {
   const bool no_call =
       input.shape.empty() || (layout.fortran_order && input.shape.batch == 1);
   if (large) {
+    // The layout has checked that the shape's bytes add up.
+    const uint64_t expected_bytes =
+        layout.data_offset +
+        (input.shape.empty() ? 0 : *MatrixBytes(input.dtype, input.shape));
     // A server that does not answer here is left to the transpose call,
     // which retries.
     if (!no_call) {
@@ -541,22 +556,36 @@ int RunTranspose() {
         }
       }
     }
-    if (!FitsHostMemory(input_bytes)) {
+    if (!FitsHostMemory(expected_bytes)) {
       return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
-          "%s is %d bytes; with its result that is more than this machine's "
-          "%d bytes of memory",
-          in_path, input_bytes, PhysicalMemoryBytes())));
+          "%s holds %s %s, %d bytes; with its result that is more than this "
+          "machine's %d bytes of memory",
+          in_path, DataTypeName(input.dtype), ShapeToString(input.shape),
+          expected_bytes, PhysicalMemoryBytes())));
     }
-    contents = ReadFile(in_path);
-    if (!contents.ok()) return FailHere(contents.status());
-    if (contents->size() != input_bytes) {
-      return FailHere(absl::AbortedError(
-          absl::StrCat(in_path, " changed size while it was read")));
+    // One byte more shows an input longer than its shape without reading all
+    // of an endless pipe.
+    contents.reserve(expected_bytes + 1);
+    if (absl::Status read = reader->ReadUpTo(expected_bytes + 1, contents);
+        !read.ok()) {
+      return FailHere(read);
+    }
+    if (contents.size() != expected_bytes) {
+      if (regular_size.has_value()) {
+        return FailHere(absl::AbortedError(
+            absl::StrCat(in_path, " changed size while it was read")));
+      }
+      return FailHere(absl::InvalidArgumentError(
+          absl::StrFormat("%s holds %s%d bytes; %s %s needs %d", in_path,
+                          contents.size() > expected_bytes ? "more than " : "",
+                          std::min<uint64_t>(contents.size(), expected_bytes),
+                          DataTypeName(input.dtype), ShapeToString(input.shape),
+                          expected_bytes)));
     }
   }
   input.data = absl::Span<const uint8_t>(
-      reinterpret_cast<const uint8_t*>(contents->data()) + layout.data_offset,
-      contents->size() - layout.data_offset);
+      reinterpret_cast<const uint8_t*>(contents.data()) + layout.data_offset,
+      contents.size() - layout.data_offset);
 
   const auto write = [&](const MatrixShape& shape,
                          absl::Span<const uint8_t> data,

@@ -152,7 +152,7 @@ absl::string_view NpyDescr(DataType dtype) {
 bool IsNpy(absl::string_view file) { return absl::StartsWith(file, kMagic); }
 
 absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
-                                         uint64_t file_size) {
+                                         std::optional<uint64_t> file_size) {
   if (!IsNpy(file)) return Invalid("no \\x93NUMPY magic");
   if (file.size() < 10) return Invalid("truncated header");
   const int major = static_cast<uint8_t>(file[6]);
@@ -172,7 +172,7 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
     return Invalid(absl::StrCat("format version ", major, " is unknown"));
   }
   if (file.size() < prefix + header_len) {
-    return Invalid(file_size < prefix + header_len
+    return Invalid(file_size.has_value() && *file_size < prefix + header_len
                        ? "truncated header"
                        : absl::StrFormat("header of %d bytes is longer than "
                                          "the first %d bytes read for it",
@@ -227,9 +227,13 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
       return Invalid(absl::StrCat("shape (", shape_text, ") overflows"));
     }
   }
+  if (uint64_t end; __builtin_add_overflow(header.data_offset, bytes, &end)) {
+    return Invalid(absl::StrCat("shape (", shape_text, ") overflows"));
+  }
+  if (!file_size.has_value()) return header;
   const uint64_t data_bytes =
-      file_size > header.data_offset ? file_size - header.data_offset : 0;
-  if (file_size < header.data_offset || data_bytes != bytes) {
+      *file_size > header.data_offset ? *file_size - header.data_offset : 0;
+  if (*file_size < header.data_offset || data_bytes != bytes) {
     return Invalid(absl::StrFormat(
         "header declares %d data bytes, the file holds %d", bytes, data_bytes));
   }

@@ -6,6 +6,7 @@
 #define TRANSPOSE_CLIENT_NPY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -37,12 +38,14 @@ absl::string_view NpyDescr(DataType dtype);
 
 // Parses the header of a .npy file of `file_size` bytes, from `start`, its
 // first bytes (the whole header at least), and checks the data size against
-// it. INVALID_ARGUMENT names what is wrong: bad magic, a header that does not
-// parse, structured or object dtypes, other than 2 or 3 dimensions, or a data
-// size that does not match. An array with a zero dimension parses, with no
-// data. Big-endian elements parse as kUnspecified, with their size.
+// it (none: a pipe not yet read to its end, and its size left to the caller to
+// check; the declared size must still be addressable). INVALID_ARGUMENT names
+// what is wrong: bad magic, a header that does not parse, structured or object
+// dtypes, other than 2 or 3 dimensions, or a data size that does not match. An
+// array with a zero dimension parses, with no data. Big-endian elements parse
+// as kUnspecified, with their size.
 absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view start,
-                                         uint64_t file_size);
+                                         std::optional<uint64_t> file_size);
 // The same for a whole file in memory.
 inline absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file) {
   return ParseNpyHeader(file, file.size());

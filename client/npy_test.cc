@@ -68,6 +68,29 @@ TEST(NpyTest, ReadsWhatNumpyWrites) {
       DataType::kBFloat16);
 }
 
+// The start of a pipe not yet read to its end: the header alone, with no
+// size to check the data against, but a declared size that fits in 64 bits.
+TEST(NpyTest, AHeaderParsesWithoutTheFileSize) {
+  const std::string start = File(
+      "{'descr': '<f8', 'fortran_order': False, 'shape': (65536, 65536), }",
+      1000);
+  absl::StatusOr<NpyHeader> header = ParseNpyHeader(start, std::nullopt);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->shape, (MatrixShape{1, 65536, 65536}));
+  EXPECT_EQ(header->data_offset, 128u);
+  EXPECT_THAT(ParseNpyHeader(start).status().message(),
+              HasSubstr("header declares 34359738368 data bytes"));
+  // 2^64 - 64 data bytes: the data alone fit, but not after the header.
+  EXPECT_THAT(
+      ParseNpyHeader(File("{'descr': '|u1', 'fortran_order': False, 'shape': "
+                          "(1, 18446744073709551552), }",
+                          0),
+                     std::nullopt)
+          .status()
+          .message(),
+      HasSubstr("overflows"));
+}
+
 // NumPy writes empty arrays; they parse, with no data.
 TEST(NpyTest, ReadsEmptyArrays) {
   absl::StatusOr<NpyHeader> header = ParseNpyHeader(

@@ -510,6 +510,79 @@ class CliReadmeTest(unittest.TestCase):
                       "of 4294967296 bytes", result.stderr)
         self.assertFalse(os.path.exists(self.path("huge.T")))
 
+    def cli_on_endless_input(self, *args, server=None):
+        """Runs the CLI on standard input from an endless pipe of zeros; a CLI that read it to its
+        end would never finish (and would fill this machine's memory first)."""
+        with subprocess.Popen(["cat", "/dev/zero"], stdout=subprocess.PIPE) as zeros:
+            try:
+                return subprocess.run([ARGS.cli, f"--server={server or self.target}",
+                                       "transpose", "--in=-", *args], stdin=zeros.stdout,
+                                      capture_output=True, text=True, timeout=120)
+            finally:
+                zeros.kill()
+
+    def test_a_piped_input_is_checked_against_its_shape_the_server_and_memory_as_it_is_read(self):
+        out = self.path("piped.T")
+        # Over the server's 4 GiB limit, refused from the shape before the rest is read.
+        result = self.cli_on_endless_input(f"--out={out}", "--dtype=uint8", "--rows=65536",
+                                           "--cols=65568")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("uint8 65536x65568: matrix of 4297064448 bytes exceeds the server's limit "
+                      "of 4294967296 bytes", result.stderr)
+        # The same from a .npy header.
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": "|u1", "fortran_order": False, "shape": (65536, 65568)})
+        with subprocess.Popen(["sh", "-c", "cat; exec cat /dev/zero"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE) as zeros:
+            try:
+                zeros.stdin.write(header.getvalue())
+                zeros.stdin.close()
+                result = subprocess.run([ARGS.cli, f"--server={self.target}", "transpose",
+                                         "--in=-", f"--out={out}"], stdin=zeros.stdout,
+                                        capture_output=True, text=True, timeout=120)
+            finally:
+                zeros.kill()
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("matrix of 4297064448 bytes exceeds the server's limit", result.stderr)
+        # Under the limit but longer than its shape: read one byte past the shape, no further.
+        result = self.cli_on_endless_input(f"--out={out}", "--dtype=uint8", "--rows=8192",
+                                           "--cols=8193")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("/dev/stdin holds more than 67117056 bytes; uint8 8192x8193 needs 67117056",
+                      result.stderr)
+        # More than this machine's memory (1 TiB), with no server to ask.
+        result = self.cli_on_endless_input(f"--out={out}", "--dtype=uint8", "--rows=1048576",
+                                           "--cols=1048576", server=refused_address(self))
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("/dev/stdin holds uint8 1048576x1048576, 1099511627776 bytes; with its "
+                      "result that is more than this machine's", result.stderr)
+        self.assertFalse(os.path.exists(out))
+
+    def test_a_large_piped_input_transposes_and_a_short_one_is_named(self):
+        rng = np.random.default_rng(8)
+        # Past the 64 MiB the CLI reads before it checks a pipe's shape.
+        a = random_array(np.uint8, (3, 4100, 5500), rng)
+        src = self.path("big_pipe.npy")
+        np.save(src, a)
+        out = self.path("big_pipe.T.npy")
+        with open(src, "rb") as stdin:
+            result = subprocess.run([ARGS.cli, f"--server={self.target}", "transpose", "--in=-",
+                                     f"--out={out}"], stdin=stdin, capture_output=True, text=True,
+                                    timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(same(np.load(out), np.transpose(a, (0, 2, 1))))
+        # The same file cut short.
+        with subprocess.Popen(["head", "-c", str(os.path.getsize(src) - 1), src],
+                              stdout=subprocess.PIPE) as short:
+            result = subprocess.run([ARGS.cli, f"--server={self.target}", "transpose", "--in=-",
+                                     f"--out={self.path('short.T.npy')}"], stdin=short.stdout,
+                                    capture_output=True, text=True, timeout=600)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("/dev/stdin holds %d bytes; uint8 3x4100x5500 needs %d"
+                      % (os.path.getsize(src) - 1, os.path.getsize(src)), result.stderr)
+        self.assertFalse(os.path.exists(self.path("short.T.npy")))
+
     def test_ctrl_c_ends_a_bench_early_with_its_report(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
             started = time.time()

@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "server/core/status_macros.h"
 
 namespace transpose {
 namespace {
@@ -182,11 +183,8 @@ bool IsRegularFile(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
-namespace {
-
-// ReadFile, of regular files only when `regular_only`.
-absl::StatusOr<std::string> Read(const std::string& path, size_t max_bytes,
-                                 bool regular_only) {
+absl::StatusOr<FileReader> FileReader::Open(const std::string& path,
+                                            bool regular_only) {
   // Non-blocking, so that a FIFO with no writer is refused, not waited on;
   // it changes nothing for a regular file.
   const int fd = ::open(path.c_str(),
@@ -210,30 +208,71 @@ absl::StatusOr<std::string> Read(const std::string& path, size_t max_bytes,
         " is not a regular file (a pipe or device cannot be read again when "
         "it changes)"));
   }
+  return FileReader(path, fd,
+                    S_ISREG(info.st_mode)
+                        ? std::optional<uint64_t>(info.st_size)
+                        : std::nullopt);
+}
+
+FileReader::FileReader(FileReader&& other) noexcept
+    : path_(std::move(other.path_)),
+      descriptor_(std::exchange(other.descriptor_, -1)),
+      regular_size_(other.regular_size_),
+      ended_(other.ended_) {}
+
+FileReader& FileReader::operator=(FileReader&& other) noexcept {
+  if (this != &other) {
+    if (descriptor_ >= 0) ::close(descriptor_);
+    path_ = std::move(other.path_);
+    descriptor_ = std::exchange(other.descriptor_, -1);
+    regular_size_ = other.regular_size_;
+    ended_ = other.ended_;
+  }
+  return *this;
+}
+
+FileReader::~FileReader() {
+  if (descriptor_ >= 0) ::close(descriptor_);
+}
+
+absl::Status FileReader::ReadUpTo(size_t max_bytes, std::string& contents) {
+  size_t size = contents.size();
+  if (size >= max_bytes || ended_) return absl::OkStatus();
   // A regular file's size is known (one byte more sees its end without
   // growing); a pipe's is not, and the buffer doubles as it comes.
-  std::string contents(
-      std::min<size_t>(
-          S_ISREG(info.st_mode) ? info.st_size + 1 : size_t{64} << 10,
-          max_bytes),
-      '\0');
-  size_t size = 0;
+  const size_t guess = regular_size_.has_value() ? *regular_size_ + 1
+                                                 : size + (size_t{64} << 10);
+  contents.resize(std::min(std::max(guess, size + 1), max_bytes));
   while (size < max_bytes) {
     if (contents.size() == size)
       contents.resize(std::min(std::max<size_t>(2 * size, 1), max_bytes));
     const ssize_t n =
-        ::read(fd, contents.data() + size, contents.size() - size);
-    if (n == 0) break;
+        ::read(descriptor_, contents.data() + size, contents.size() - size);
+    if (n == 0) {
+      ended_ = true;
+      break;
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
-      absl::Status error = ErrnoError("cannot read", path);
-      ::close(fd);
+      absl::Status error = ErrnoError("cannot read", path_);
+      contents.resize(size);
       return error;
     }
     size += static_cast<size_t>(n);
   }
-  ::close(fd);
   contents.resize(size);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// ReadFile, of regular files only when `regular_only`.
+absl::StatusOr<std::string> Read(const std::string& path, size_t max_bytes,
+                                 bool regular_only) {
+  TRANSPOSE_ASSIGN_OR_RETURN(FileReader reader,
+                             FileReader::Open(path, regular_only));
+  std::string contents;
+  TRANSPOSE_RETURN_IF_ERROR(reader.ReadUpTo(max_bytes, contents));
   return contents;
 }
 

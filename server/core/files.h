@@ -4,6 +4,7 @@
 #define TRANSPOSE_SERVER_CORE_FILES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,40 @@ namespace transpose {
 // PERMISSION_DENIED and so on from errno, or INVALID_ARGUMENT for a directory.
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      size_t max_bytes = SIZE_MAX);
+
+// A file, pipe or device read in steps, so that a caller can look at its start
+// before deciding how much more to take: a pipe cannot be read again.
+class FileReader {
+ public:
+  // Opens `path`; the errors are ReadFile's. With `regular_only`, anything but
+  // a regular file is INVALID_ARGUMENT, and a FIFO is refused at once, not
+  // waited on.
+  static absl::StatusOr<FileReader> Open(const std::string& path,
+                                         bool regular_only = false);
+  FileReader(FileReader&& other) noexcept;
+  FileReader& operator=(FileReader&& other) noexcept;
+  ~FileReader();
+
+  // A regular file's size when it was opened; none for a pipe or device.
+  std::optional<uint64_t> regular_size() const { return regular_size_; }
+  // Reads on, appending to `contents`, until it holds `max_bytes` or the input
+  // ends.
+  absl::Status ReadUpTo(size_t max_bytes, std::string& contents);
+  // Whether a read has met the input's end.
+  bool ended() const { return ended_; }
+
+ private:
+  FileReader(std::string path, int descriptor,
+             std::optional<uint64_t> regular_size)
+      : path_(std::move(path)),
+        descriptor_(descriptor),
+        regular_size_(regular_size) {}
+
+  std::string path_;
+  int descriptor_ = -1;
+  std::optional<uint64_t> regular_size_;
+  bool ended_ = false;
+};
 
 // Whether `path` names a regular file (through symbolic links): one that can
 // be read again, unlike a pipe.

@@ -102,6 +102,62 @@ TEST_F(FilesTest, ReadsAPipeToItsEnd) {
 
 // Create touches nothing (a writer abandoned mid-transfer, even by a killed
 // process, leaves no trace); Commit replaces the file and leaves nothing else.
+// A pipe read in steps goes on where the last step stopped, and says when it
+// has met the end; a pipe that never ends is read no further than asked.
+TEST_F(FilesTest, AReaderTakesAPipeInSteps) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::string data(300 << 10, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i % 251);
+  std::thread writer([&] {
+    for (size_t at = 0; at < data.size();) {
+      const ssize_t n = write(fds[1], data.data() + at, 4096);
+      if (n <= 0) break;
+      at += n;
+    }
+    close(fds[1]);
+  });
+  absl::StatusOr<FileReader> reader =
+      FileReader::Open(absl::StrCat("/proc/self/fd/", fds[0]));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(reader->regular_size(), std::nullopt);
+  std::string contents;
+  ASSERT_TRUE(reader->ReadUpTo(100 << 10, contents).ok());
+  EXPECT_EQ(contents, data.substr(0, 100 << 10));
+  EXPECT_FALSE(reader->ended());
+  ASSERT_TRUE(reader->ReadUpTo(300 << 10, contents).ok());
+  EXPECT_EQ(contents, data);
+  EXPECT_FALSE(reader->ended());  // Exactly what was asked: the end unseen.
+  ASSERT_TRUE(reader->ReadUpTo(SIZE_MAX, contents).ok());
+  EXPECT_TRUE(reader->ended());
+  EXPECT_EQ(contents, data);
+  writer.join();
+  close(fds[0]);
+
+  absl::StatusOr<FileReader> zeros = FileReader::Open("/dev/zero");
+  ASSERT_TRUE(zeros.ok()) << zeros.status();
+  std::string some;
+  ASSERT_TRUE(zeros->ReadUpTo(5 << 20, some).ok());
+  EXPECT_EQ(some, std::string(5 << 20, '\0'));
+  EXPECT_FALSE(zeros->ended());
+}
+
+TEST_F(FilesTest, AReaderKnowsARegularFilesSize) {
+  ASSERT_TRUE(WriteFile(Path("a"), {"0123456789"}).ok());
+  absl::StatusOr<FileReader> reader = FileReader::Open(Path("a"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(reader->regular_size(), 10);
+  std::string contents;
+  ASSERT_TRUE(reader->ReadUpTo(4, contents).ok());
+  EXPECT_EQ(contents, "0123");
+  FileReader moved = *std::move(reader);
+  ASSERT_TRUE(moved.ReadUpTo(100, contents).ok());
+  EXPECT_EQ(contents, "0123456789");
+  EXPECT_TRUE(moved.ended());
+  EXPECT_EQ(FileReader::Open(Path("missing")).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(FilesTest, OnlyCommitWrites) {
   ASSERT_TRUE(WriteFile(Path("out"), {"old"}).ok());
   absl::StatusOr<FileWriter> writer = FileWriter::Create(Path("out"));
