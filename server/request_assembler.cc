@@ -13,6 +13,25 @@ std::string SpecToString(const TransposeSpec& spec) {
                          kernels::AlgorithmName(spec.algorithm));
 }
 
+namespace {
+
+absl::Status LongerThanDeclared(const TransposeSpec& spec, uint64_t received,
+                                uint64_t expected) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "data is longer than declared: at least %d bytes arrived, %s needs %d",
+      received, SpecToString(spec), expected));
+}
+
+absl::Status ShorterThanDeclared(const TransposeSpec& spec, uint64_t received,
+                                 uint64_t expected) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("data is shorter than declared: %d bytes arrived, %s "
+                      "needs %d",
+                      received, SpecToString(spec), expected));
+}
+
+}  // namespace
+
 RequestAssembler::RequestAssembler(JobFactory create_job)
     : create_job_(std::move(create_job)) {}
 
@@ -38,9 +57,7 @@ absl::Status RequestAssembler::Add(const RequestPart& part) {
 
   const uint64_t size = part.data_size();
   if (size > expected_ - received_) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "data is longer than declared: at least %d bytes arrived, %s needs %d",
-        received_ + size, SpecToString(spec_), expected_));
+    return LongerThanDeclared(spec_, received_ + size, expected_);
   }
   if (size == 0) return absl::OkStatus();
   job_->AppendInput(part.data, part.owner);
@@ -54,11 +71,25 @@ absl::Status RequestAssembler::Finish() const {
         "the request carries no header: set dtype and shape");
   }
   if (received_ != expected_) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "data is shorter than declared: %d bytes arrived, %s needs %d",
-        received_, SpecToString(spec_), expected_));
+    return ShorterThanDeclared(spec_, received_, expected_);
   }
   return absl::OkStatus();
+}
+
+absl::Status RequestAssembler::AddWhole(const RequestPart& part) {
+  if (part.has_header && !has_header_) {
+    // A spec that does not give a size is left to the factory to name.
+    absl::StatusOr<uint64_t> declared =
+        MatrixBytes(part.header.dtype, part.header.shape);
+    if (declared.ok() && part.data_size() > *declared) {
+      return LongerThanDeclared(part.header, part.data_size(), *declared);
+    }
+    if (declared.ok() && part.data_size() < *declared) {
+      return ShorterThanDeclared(part.header, part.data_size(), *declared);
+    }
+  }
+  TRANSPOSE_RETURN_IF_ERROR(Add(part));
+  return Finish();
 }
 
 }  // namespace transpose

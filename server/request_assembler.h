@@ -57,6 +57,10 @@ class RequestAssembler {
   // Says the sender has sent everything: INVALID_ARGUMENT unless the request is
   // complete.
   absl::Status Finish() const;
+  // Add and Finish for a request in one message (unary), whose data is checked
+  // against the declared size before the job is made: a few bytes declaring
+  // gigabytes take no admission and no buffers.
+  absl::Status AddWhole(const RequestPart& part);
 
   // All declared bytes have arrived.
   bool complete() const { return has_header_ && received_ == expected_; }

@@ -127,6 +127,32 @@ TEST_F(RequestAssemblerTest, FinishRejectsShortData) {
   EXPECT_THAT(status.message(), HasSubstr("shorter than declared"));
 }
 
+// A unary request declaring gigabytes over a few bytes is refused before a job
+// (its admission, its buffers) is made for it.
+TEST_F(RequestAssemblerTest, AWholeRequestOfTheWrongSizeMakesNoJob) {
+  const TransposeSpec huge{DataType::kFloat32, {1, 32768, 32768}, {}};
+  absl::Status status = assembler_.AddWhole(Header(huge, {"abcd"}));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("shorter than declared: 4 bytes arrived, float32 "
+                        "32768x32768 (algorithm auto) needs 4294967296"));
+  status = assembler_.AddWhole(Header(Spec(1, 2), {"abc"}));
+  EXPECT_THAT(status.message(), HasSubstr("longer than declared"));
+  EXPECT_EQ(created_, 0);
+  // No header, or one without a size: the usual errors.
+  EXPECT_THAT(assembler_.AddWhole(Data({"ab"})).message(),
+              HasSubstr("before the header"));
+  EXPECT_THAT(assembler_.AddWhole(Header(Spec(0, 5))).message(),
+              HasSubstr("zero"));
+}
+
+TEST_F(RequestAssemblerTest, AWholeRequestOfTheRightSizeIsComplete) {
+  ASSERT_TRUE(assembler_.AddWhole(Header(Spec(2, 3), {"abc", "def"})).ok());
+  EXPECT_TRUE(assembler_.complete());
+  EXPECT_EQ(InputOf(assembler_.job().get()), "abcdef");
+  EXPECT_EQ(created_, 1);
+}
+
 TEST_F(RequestAssemblerTest, FinishRejectsAnEmptyStream) {
   EXPECT_EQ(assembler_.Finish().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -252,7 +252,8 @@ namespace {
 // limit is checked here, where the refusal is counted and logged like any
 // other.
 absl::Status AddMessage(const grpc::ByteBuffer& message,
-                        uint64_t max_data_bytes, RequestAssembler& assembler) {
+                        uint64_t max_data_bytes, RequestAssembler& assembler,
+                        bool whole_request = false) {
   wire::RequestView view;
   TRANSPOSE_RETURN_IF_ERROR(wire::Parse(message, view));
   if (view.data_size() > max_data_bytes) {
@@ -263,7 +264,8 @@ absl::Status AddMessage(const grpc::ByteBuffer& message,
   }
   auto slices =
       std::make_shared<std::vector<grpc::Slice>>(std::move(view.slices));
-  return assembler.Add(PartOf(view.header, view.data, std::move(slices)));
+  const RequestPart part = PartOf(view.header, view.data, std::move(slices));
+  return whole_request ? assembler.AddWhole(part) : assembler.Add(part);
 }
 
 }  // namespace
@@ -312,9 +314,8 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
       RequestAssembler assembler([&service, this](const TransposeSpec& spec) {
         return service.engine_.CreateJob(spec, scope_.caller());
       });
-      status =
-          AddMessage(request, service.options_.max_message_bytes, assembler);
-      if (status.ok()) status = assembler.Finish();
+      status = AddMessage(request, service.options_.max_message_bytes,
+                          assembler, /*whole_request=*/true);
       if (status.ok()) {
         spec_ = assembler.spec();
         job = assembler.job();

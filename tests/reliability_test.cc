@@ -1202,24 +1202,34 @@ TEST_F(ReliabilityTest, AClientThatDiesMidUploadLeavesNothingBehind) {
   EXPECT_TRUE(Transpose(*client, 64, 64).ok());
 }
 
-// A unary request large enough that the CPU backend starts transposing bands
-// of its rows in place before the request is checked, but shorter than its
-// header says: it is refused as such, what it held is given back once those
-// bands stop, and the server goes on serving.
-TEST_F(ReliabilityTest, AShortUnaryRequestIsRefusedAfterItsBandsStop) {
+// A unary request shorter than its header says is refused before a job is
+// made for it: it takes no admission and no buffers. Before, 4 bytes declaring
+// 4 GiB were admitted and given 4 GiB of buffers (pinned, on a GPU), which
+// stayed in the pool, and a few such calls refused real ones as busy.
+TEST_F(ReliabilityTest, AShortUnaryRequestIsRefusedBeforeItTakesMemory) {
   auto server = Start({});
   ASSERT_NE(server, nullptr);
   auto client = Connect(*server);
+  ASSERT_TRUE(Transpose(*client, 64, 64).ok());
+  const std::string backend = ServerProcess::BackendFromEnvironment();
+  const std::string memory_used =
+      "transpose_device_memory_used_bytes{backend=\"" + backend +
+      (backend == "cuda" ? ":0\"}" : "\"}");
+  const double memory_before = Gauge(*server, memory_used);
+  ASSERT_GE(memory_before, 0);
   auto stub = v1::TransposeService::NewStub(client->channel());
-  v1::TransposeRequest request = Header(4096, 4096);  // Declares 64 MiB.
-  request.set_data(std::string(60 * kMiB, '\1'));
-  for (int i = 0; i < 4; ++i) {
+  v1::TransposeRequest huge = Header(32768, 32768);  // Declares 4 GiB.
+  huge.set_data("abcd");
+  v1::TransposeRequest nearly = Header(4096, 4096);  // Declares 64 MiB.
+  nearly.set_data(std::string(60 * kMiB, '\1'));
+  for (const v1::TransposeRequest* request : {&huge, &nearly, &huge, &nearly}) {
     grpc::ClientContext context;
     v1::TransposeResponse response;
-    const grpc::Status status = stub->Transpose(&context, request, &response);
+    const grpc::Status status = stub->Transpose(&context, *request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(), HasSubstr("shorter than declared"));
   }
+  EXPECT_EQ(Gauge(*server, memory_used), memory_before);
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
   EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
 }
