@@ -462,6 +462,29 @@ int ReadLayout(const std::string& in_path, absl::string_view start,
   return 0;
 }
 
+// One known command, and only the flags it and every command take. Checked
+// before a command runs, and by --only_check_args.
+absl::Status CheckArgs(const std::vector<char*>& positional) {
+  if (positional.size() != 2) {
+    return absl::InvalidArgumentError(
+        "expected one command: transpose, info, health or bench");
+  }
+  if (const std::string error = CommonFlagsError(); !error.empty()) {
+    return absl::InvalidArgumentError(error);
+  }
+  const std::string command = positional[1];
+  if (command != "transpose" && command != "info" && command != "health" &&
+      command != "bench") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown command '", command, "'"));
+  }
+  if (const std::string error = FlagForAnotherCommand(command);
+      !error.empty()) {
+    return absl::InvalidArgumentError(error);
+  }
+  return absl::OkStatus();
+}
+
 int RunTranspose() {
   // "-": standard input and output, as shell tools take it.
   const auto path_of = [](std::string flag, const char* standard) {
@@ -892,6 +915,7 @@ int main(int argc, char** argv) {
       "[--dtype T]\n"
       "Common flags: --server TARGET --deadline D --token_file F --tls "
       "[--tls_ca F --tls_cert F --tls_key F]";
+  usage.check_args = transpose::CheckArgs;
   const std::vector<char*> positional =
       transpose::ParseCommandLine(argc, argv, usage);
   // gRPC's own error lines repeat what the CLI's "error:" line says; gRPC's
@@ -900,22 +924,13 @@ int main(int argc, char** argv) {
   transpose::SetLogLevel(std::getenv("GRPC_VERBOSITY") != nullptr
                              ? transpose::LogLevel::kDebug
                              : transpose::LogLevel::kError);
-  if (positional.size() != 2) {
-    return transpose::Usage(
-        "expected one command: transpose, info, health or bench");
-  }
-  if (const std::string error = transpose::CommonFlagsError(); !error.empty()) {
-    return transpose::Usage(error);
+  if (const absl::Status status = transpose::CheckArgs(positional);
+      !status.ok()) {
+    return transpose::Usage(std::string(status.message()));
   }
   const std::string command = positional[1];
-  if (const std::string error = transpose::FlagForAnotherCommand(command);
-      !error.empty() && (command == "transpose" || command == "info" ||
-                         command == "health" || command == "bench")) {
-    return transpose::Usage(error);
-  }
   if (command == "transpose") return transpose::RunTranspose();
   if (command == "info") return transpose::RunInfo();
   if (command == "health") return transpose::RunHealth();
-  if (command == "bench") return transpose::RunBenchCommand();
-  return transpose::Usage(absl::StrCat("unknown command '", command, "'"));
+  return transpose::RunBenchCommand();
 }

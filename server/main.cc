@@ -437,6 +437,18 @@ absl::Status CheckFlags() {
   return absl::OkStatus();
 }
 
+// The server takes flags only: CheckFlags, after a word that is not a flag
+// (`--tls_client_names=a, b` passes " b" on its own).
+absl::Status CheckArgs(const std::vector<char*>& positional) {
+  if (positional.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unexpected argument '%s': expected only flags, "
+                        "--name=value",
+                        positional[1]));
+  }
+  return CheckFlags();
+}
+
 // A flag's file as WatchedFiles read it; the error names the flag.
 absl::StatusOr<std::string> FlagFileContents(
     absl::string_view flag, const absl::StatusOr<std::string>& contents) {
@@ -679,10 +691,10 @@ class SignalHandler {
   Notification drain_;
 };
 
-int Run() {
+int Run(const std::vector<char*>& positional) {
   SignalHandler& signals = SignalHandler::Start();
 
-  if (absl::Status status = CheckFlags(); !status.ok()) {
+  if (absl::Status status = CheckArgs(positional); !status.ok()) {
     std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
     return 2;
   }
@@ -1041,19 +1053,10 @@ int main(int argc, char** argv) {
   usage.name = "transpose_server";
   usage.version = TRANSPOSE_VERSION;
   usage.main_source_suffix = "server/main.cc";
-  usage.check_flags = transpose::CheckFlags;
+  usage.check_args = transpose::CheckArgs;
   usage.usage_message =
       "Serves matrix transposes over gRPC on GPUs (or the CPU).\n"
       "Usage: transpose_server [--address=HOST:PORT] "
       "[--backend=auto|cuda|cpu] ...";
-  const std::vector<char*> positional =
-      transpose::ParseCommandLine(argc, argv, usage);
-  if (positional.size() > 1) {
-    std::fprintf(stderr,
-                 "unexpected argument '%s': expected only flags, "
-                 "--name=value\n",
-                 positional[1]);
-    return 2;
-  }
-  return transpose::Run();
+  return transpose::Run(transpose::ParseCommandLine(argc, argv, usage));
 }

@@ -354,6 +354,16 @@ class CliReadmeTest(unittest.TestCase):
             self.assertEqual(result.returncode, 2, f"{args}: {result.stderr}")
             self.assertIn(message, result.stderr, args)
         self.assertFalse(os.path.exists(self.path("x.npy")))
+        # --only_check_args checks the command and the flags every command takes, as a run does,
+        # without running it (it used to exit 0 whatever the command).
+        for args, message in ((["frobnicate"], "unknown command 'frobnicate'"),
+                              ([], "expected one command"),
+                              (["health", "--count=5"], "--count is for bench, not health"),
+                              (["--connections=0", "info"], "--connections=0: expected 1 to 64")):
+            result = self.cli("--only_check_args", *args, check=False)
+            self.assertEqual(result.returncode, 2, f"{args}: {result.stderr}")
+            self.assertIn(message, result.stderr, args)
+        self.cli("--only_check_args", "info")
         # Shape flags that agree with the file are fine.
         self.cli("transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
                  "--rows=3", "--cols=4", "--batch=1")

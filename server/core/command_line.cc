@@ -39,8 +39,9 @@ std::vector<char*> ParseCommandLine(int argc, char** argv,
   if (absl::flags_internal::HandleUsageFlags(
           std::cout, absl::ProgramUsageMessage()) >= 0) {
     std::cout.flush();
-    if (only_check_args && usage.check_flags != nullptr) {
-      if (const absl::Status status = usage.check_flags(); !status.ok()) {
+    if (only_check_args && usage.check_args != nullptr) {
+      if (const absl::Status status = usage.check_args(positional);
+          !status.ok()) {
         std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
         std::exit(2);
       }

@@ -20,14 +20,15 @@ struct ProgramUsage {
   // ends with this (the program's main.cc); --helpfull lists every flag.
   std::string main_source_suffix;
   std::string usage_message;
-  // The program's own checks of its flags' values, which --only_check_args
-  // runs too: a refusal prints its message and exits 2, as at start-up.
-  std::function<absl::Status()> check_flags;
+  // The program's own checks of its arguments (the positional ones, argv[0]
+  // first, and the flags' values), which --only_check_args runs too: a refusal
+  // prints its message and exits 2, as at start-up.
+  std::function<absl::Status(const std::vector<char*>& positional)> check_args;
 };
 
 // Parses argv's flags and returns the remaining arguments, argv[0] first.
 // --help, --helpshort, --helpfull, --helppackage, --helpon and --version print
-// to stdout and exit 0; so does --only_check_args, once `usage.check_flags`
+// to stdout and exit 0; so does --only_check_args, once `usage.check_args`
 // (if any) passes. A flag Abseil's parser rejects (unknown, or a value that
 // does not parse) prints its message and exits 1.
 std::vector<char*> ParseCommandLine(int argc, char** argv,
