@@ -737,7 +737,7 @@ int RunInfo() {
   }
   const v1::Limits& limits = info->limits();
   std::printf(
-      "limits: unary message %.1f MiB, streamed matrix %.1f MiB, response "
+      "limits: unary message %.1f MiB, matrix %.1f MiB, response "
       "chunk %.1f MiB, %s\n",
       limits.max_message_bytes() / 1048576.0,
       limits.max_matrix_bytes() / 1048576.0,

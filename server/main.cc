@@ -123,7 +123,8 @@ ABSL_FLAG(double, stream_idle_seconds, 120,
           "A TransposeStream call that finishes no message either way for "
           "this long (its client stopped sending mid-upload, stopped reading "
           "the response, or has its result but never half-closed) ends with "
-          "DEADLINE_EXCEEDED and gives back its admission; time its own job "
+          "DEADLINE_EXCEEDED (or is cancelled, when a response it does not "
+          "read is in the way) and gives back its admission; time its own job "
           "takes does not count. 0: never; else at least 1.");
 ABSL_FLAG(double, drain_seconds, 30,
           "On SIGTERM or SIGINT, how long running calls may take to finish.");
@@ -132,7 +133,8 @@ ABSL_FLAG(std::string, tls_cert, "",
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require client certificates that chain to it (mutual "
-          "TLS). Health checks stay open to callers without one.");
+          "TLS). Health checks stay open to callers without one. Turns server "
+          "reflection off.");
 ABSL_FLAG(std::vector<std::string>, tls_client_names, {},
           "With --tls_client_ca: serve only clients whose certificate names "
           "one of these (comma-separated, exactly): a subject alternative "
