@@ -1,13 +1,15 @@
 // transpose_bench: every GPU transpose kernel next to cudaMemcpy
 // device-to-device of the same bytes, in one run. For each case it prints GB/s
-// ((bytes read + bytes written) / time, median of
-// --reps timed runs after warm-up, CUDA events) and the fraction of the memcpy
+// ((bytes read + bytes written) / time, median of --reps timed runs after
+// warm-up, CUDA events; each run from an L2 holding none of its data, its
+// launch queued before its start is stamped) and the fraction of the memcpy
 // figure: memcpy, the classic kernels, the production kernels AUTO chooses
 // from, cuBLAS geam (4- and 8-byte, loaded at run time if the machine has it)
 // and AUTO, then AUTO's kernel under each tuning. Every result is spot-checked
 // on the device. A Markdown table goes to stdout, the figures as JSON to
 // --json. --case=TEXT runs only the cases whose label ("8B 16384^2") contains
-// TEXT.
+// TEXT. Exits 1 when a result is wrong or a launch that should run fails
+// ("n/a" marks a kernel that does not take the case), 2 for a usage mistake.
 //
 //   transpose_bench [--json=FILE] [--reps=25] [--quick] [--case=TEXT]
 #include <cublas_v2.h>
@@ -15,6 +17,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +61,30 @@ __global__ void CountMismatches(const uint8_t* in, const uint8_t* out,
       }
     }
   }
+}
+
+// Keeps the device busy for `ns` while the host queues a timed launch behind
+// it, so that the start event is stamped when the launch can begin: host-side
+// launch work (argument checks, cuBLAS's own code) stays out of the time.
+__global__ void Spin(uint64_t ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// Reads `words` through L2, leaving it full of clean lines: the lines a timed
+// run finds there cost it nothing to evict. (A memset would leave them dirty,
+// and the run would pay for writing them back.)
+__global__ void ReadThrough(const uint4* data, uint64_t words, uint32_t* sink) {
+  uint32_t x = 0;
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words;
+       i += gridDim.x * blockDim.x) {
+    const uint4 v = data[i];
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9E3779B9u) *sink = x;  // Keeps the loads; almost never stores.
 }
 
 __global__ void Fill(uint32_t* data, uint64_t words, uint32_t seed) {
@@ -113,6 +140,8 @@ struct Case {
   std::string label() const { return std::to_string(size) + "B " + name; }
 };
 
+constexpr const char* kNotApplicable = "n/a";
+
 struct Result {
   std::string column;
   double gbps = 0;  // 0: not run.
@@ -122,25 +151,41 @@ struct Result {
 
 int reps = 25;
 
-// Median milliseconds of `launch` over `reps` runs after 3 warm-ups. Each
-// figure starts from an L2 without the evict-last marks the figures before it
-// left (an evict-last load's mark outlives its kernel).
+// Read through before each timed run, so that every run starts from an L2
+// holding none of its data, and none dirty: without it, cases up to about the
+// L2's size read and wrote partly in cache (a 16 MiB memcpy ran at 5 TB/s,
+// above the HBM's peak), and each run's output waited in L2 to be written
+// back during the next.
+struct L2Flush {
+  void* scratch = nullptr;
+  size_t bytes = 0;
+  uint32_t* sink = nullptr;
+};
+L2Flush l2_flush;
+
+// Median milliseconds of `launch` over `reps` runs after 3 warm-ups, each run
+// from a cold L2 and stamped from when the device could start it. Each figure
+// starts from an L2 without the evict-last marks the figures before it left
+// (an evict-last load's mark outlives its kernel).
 float Time(const std::function<void()>& launch) {
   Check(cudaDeviceSynchronize(), "synchronize");
   Check(cudaCtxResetPersistingL2Cache(), "cudaCtxResetPersistingL2Cache");
   cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  Check(cudaEventCreate(&start), "cudaEventCreate");
+  Check(cudaEventCreate(&stop), "cudaEventCreate");
   for (int i = 0; i < 3; ++i) launch();
   Check(cudaGetLastError(), "launch");
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(start);
+    ReadThrough<<<1024, 256>>>(static_cast<const uint4*>(l2_flush.scratch),
+                               l2_flush.bytes / sizeof(uint4), l2_flush.sink);
+    Spin<<<1, 1>>>(100 * 1000);
+    Check(cudaEventRecord(start), "cudaEventRecord");
     launch();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
+    Check(cudaEventRecord(stop), "cudaEventRecord");
+    Check(cudaEventSynchronize(stop), "timed launch");
     float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
+    Check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
     ms.push_back(t);
   }
   Check(cudaGetLastError(), "timed launches");
@@ -195,13 +240,29 @@ int Run(const char* json_path, bool quick, const char* only) {
     cases = chosen;
   }
 
+  // Opened now, so that a path that cannot be written fails before the run
+  // rather than after it.
+  FILE* json_file = nullptr;
+  if (json_path != nullptr) {
+    json_file = std::fopen(json_path, "w");
+    if (json_file == nullptr) {
+      std::fprintf(stderr, "--json=%s: %s\n", json_path, std::strerror(errno));
+      return 2;
+    }
+  }
+
   Cublas cublas;
   cudaDeviceProp properties;
   Check(cudaGetDeviceProperties(&properties, 0), "properties");
+  l2_flush.bytes = 2 * static_cast<size_t>(properties.l2CacheSize);
+  Check(cudaMalloc(&l2_flush.scratch, l2_flush.bytes), "malloc L2 flush");
+  Check(cudaMemset(l2_flush.scratch, 0, l2_flush.bytes), "memset L2 flush");
+  Check(cudaMalloc(&l2_flush.sink, sizeof(uint32_t)), "malloc L2 flush");
   std::printf(
-      "transpose_bench on %s (%d SMs, %.0f MB L2), median of %d, GB/s = (read "
-      "+ "
-      "written) / time; %% = of cudaMemcpy D2D of the same bytes\n\n",
+      "transpose_bench on %s (%d SMs, %.0f MB L2), median of %d runs, each "
+      "from an L2 holding none of its data; GB/s = (read + written) / time; %% "
+      "= of cudaMemcpy D2D "
+      "of the same bytes\n\n",
       properties.name, properties.multiProcessorCount,
       properties.l2CacheSize / 1e6, reps);
   // The order results are measured in: memcpy, each kernel, cuBLAS, AUTO.
@@ -222,6 +283,7 @@ int Run(const char* json_path, bool quick, const char* only) {
   std::printf("---|\n");
 
   std::string json = "[\n";
+  int failures = 0;
   unsigned long long* mismatches;
   Check(cudaMalloc(&mismatches, sizeof(unsigned long long)), "malloc");
   for (const Case& c : cases) {
@@ -232,80 +294,117 @@ int Run(const char* json_path, bool quick, const char* only) {
       std::printf("| %s | %.0f MiB | skipped: %.1f GiB free on the device |\n",
                   c.label().c_str(), bytes / 1048576.0,
                   free_bytes / 1073741824.0);
+      char skipped[200];
+      std::snprintf(skipped, sizeof(skipped),
+                    "  {\"case\": \"%s\", \"element_size\": %d, "
+                    "\"skipped\": \"%.1f GiB free on the device\"}",
+                    c.name.c_str(), static_cast<int>(c.size),
+                    free_bytes / 1073741824.0);
+      json += std::string(json.size() > 2 ? ",\n" : "") + skipped;
       continue;
     }
     uint8_t *in, *out;
     Check(cudaMalloc(&in, bytes), "malloc in");
     Check(cudaMalloc(&out, bytes), "malloc out");
     Fill<<<1024, 256>>>(reinterpret_cast<uint32_t*>(in), bytes / 4, 12345);
+    Check(cudaGetLastError(), "Fill");
     const TransposeArgs args{c.size, c.batch, c.rows, c.cols, in, out};
 
     std::vector<Result> results;
-    const float memcpy_ms = Time(
-        [&] { cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice); });
+    const float memcpy_ms = Time([&] {
+      Check(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice),
+            "cudaMemcpyAsync");
+    });
     results.push_back({"memcpy", 2.0 * bytes / memcpy_ms / 1e6, true, ""});
 
+    // `launch` returns "" once it has launched, kNotApplicable where the
+    // kernel does not take the case, or what went wrong.
     auto measure = [&](const std::string& column,
-                       const std::function<bool()>& launch) {
+                       const std::function<std::string()>& launch) {
       Result result{column};
-      cudaMemset(out, 0xA5, bytes);  // Poison.
-      if (!launch()) {
+      Check(cudaMemset(out, 0xA5, bytes), "poison");
+      if (const std::string error = launch(); !error.empty()) {
         cudaGetLastError();
-        result.note = "n/a";
+        result.note = error;
+        if (error != kNotApplicable) {
+          result.correct = false;
+          ++failures;
+        }
         results.push_back(result);
         return;
       }
       const float ms = Time([&] { launch(); });
       result.gbps = 2.0 * bytes / ms / 1e6;
-      cudaMemset(out, 0xA5, bytes);
-      launch();
-      cudaMemset(mismatches, 0, sizeof(unsigned long long));
+      Check(cudaMemset(out, 0xA5, bytes), "poison");
+      if (const std::string error = launch(); !error.empty()) {
+        std::fprintf(stderr, "%s: %s\n", column.c_str(), error.c_str());
+        std::exit(1);
+      }
+      Check(cudaMemset(mismatches, 0, sizeof(unsigned long long)), "memset");
       CountMismatches<<<256, 256>>>(in, out, c.batch, c.rows, c.cols,
                                     static_cast<int>(c.size), 1 << 20,
                                     mismatches);
+      Check(cudaGetLastError(), "CountMismatches");
       unsigned long long wrong = 0;
-      cudaMemcpy(&wrong, mismatches, sizeof(wrong), cudaMemcpyDeviceToHost);
+      Check(
+          cudaMemcpy(&wrong, mismatches, sizeof(wrong), cudaMemcpyDeviceToHost),
+          "CountMismatches");
       result.correct = wrong == 0;
+      if (!result.correct) ++failures;
       results.push_back(result);
+    };
+    const auto launched = [](cudaError_t error) -> std::string {
+      if (error == cudaSuccess) return "";
+      // What Launch answers for a case the kernel does not take.
+      if (error == cudaErrorInvalidValue) return kNotApplicable;
+      return cudaGetErrorName(error);
     };
     for (internal::Kernel kernel : internal::kAllKernels) {
       measure(internal::KernelNameOf(kernel), [&, kernel] {
         if (internal::SharedMemoryBytes(kernel, c.size) >
             properties.sharedMemPerBlockOptin) {
-          return false;
+          return std::string(kNotApplicable);
         }
-        return internal::Launch(kernel, args, nullptr) == cudaSuccess;
+        return launched(
+            static_cast<cudaError_t>(internal::Launch(kernel, args, nullptr)));
       });
     }
-    measure("cublas_geam", [&] {
+    measure("cublas_geam", [&]() -> std::string {
       if (!cublas.ok() || c.batch != 1 || (c.size != 4 && c.size != 8))
-        return false;
+        return kNotApplicable;
       const int m = static_cast<int>(c.rows), n = static_cast<int>(c.cols);
+      cublasStatus_t status;
       if (c.size == 4) {
         const float one = 1, zero = 0;
-        return cublas.sgeam(cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, &one,
-                            reinterpret_cast<const float*>(in), n, &zero,
-                            reinterpret_cast<const float*>(out), m,
-                            reinterpret_cast<float*>(out),
-                            m) == CUBLAS_STATUS_SUCCESS;
+        status = cublas.sgeam(cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n,
+                              &one, reinterpret_cast<const float*>(in), n,
+                              &zero, reinterpret_cast<const float*>(out), m,
+                              reinterpret_cast<float*>(out), m);
+      } else {
+        const double one = 1, zero = 0;
+        status = cublas.dgeam(cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n,
+                              &one, reinterpret_cast<const double*>(in), n,
+                              &zero, reinterpret_cast<const double*>(out), m,
+                              reinterpret_cast<double*>(out), m);
       }
-      const double one = 1, zero = 0;
-      return cublas.dgeam(cublas.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, &one,
-                          reinterpret_cast<const double*>(in), n, &zero,
-                          reinterpret_cast<const double*>(out), m,
-                          reinterpret_cast<double*>(out),
-                          m) == CUBLAS_STATUS_SUCCESS;
+      return status == CUBLAS_STATUS_SUCCESS
+                 ? ""
+                 : "cuBLAS status " + std::to_string(status);
     });
+    // AUTO takes every case.
     measure("AUTO", [&] {
-      return LaunchTranspose(Algorithm::kAuto, args, nullptr).ok();
+      const absl::Status status =
+          LaunchTranspose(Algorithm::kAuto, args, nullptr);
+      return status.ok() ? std::string() : status.ToString();
     });
     const internal::Kernel auto_kernel = internal::AutoKernel(args);
     const std::string kernel_name = internal::KernelNameOf(auto_kernel);
     for (const internal::Tuning& tuning : internal::kAllTunings) {
       measure(internal::TuningNameOf(tuning), [&, tuning] {
-        return internal::SupportsTuning(auto_kernel) &&
-               internal::Launch(auto_kernel, args, nullptr, tuning) ==
-                   cudaSuccess;
+        if (!internal::SupportsTuning(auto_kernel))
+          return std::string(kNotApplicable);
+        return launched(static_cast<cudaError_t>(
+            internal::Launch(auto_kernel, args, nullptr, tuning)));
       });
     }
     const internal::Tuning auto_tuning =
@@ -320,7 +419,8 @@ int Run(const char* json_path, bool quick, const char* only) {
     std::string fields;
     for (const Result& r : results) {
       if (r.gbps == 0) {
-        std::printf(" %s |", r.note.empty() ? "–" : r.note.c_str());
+        std::printf(" %s%s |", r.note.empty() ? "–" : r.note.c_str(),
+                    r.correct ? "" : " FAILED");
       } else if (r.column == "memcpy") {
         std::printf(" %.0f |", r.gbps);
       } else {
@@ -328,12 +428,26 @@ int Run(const char* json_path, bool quick, const char* only) {
                     r.correct ? "" : " WRONG");
       }
       char field[160];
-      std::snprintf(field, sizeof(field),
-                    "%s\"%s\": {\"gbps\": %.1f, \"of_memcpy\": %.4f, "
-                    "\"correct\": %s}",
-                    fields.empty() ? "" : ", ", r.column.c_str(), r.gbps,
-                    r.gbps / memcpy_gbps, r.correct ? "true" : "false");
-      fields += field;
+      if (r.gbps == 0) {
+        // Not run: no figure, only why (CUDA's, cuBLAS's or absl's error
+        // text, its quotes and backslashes dropped to keep the JSON valid).
+        std::string why;
+        for (char ch : r.note) {
+          if (ch != '"' && ch != '\\' && ch >= ' ') why += ch;
+        }
+        std::snprintf(field, sizeof(field),
+                      "%s\"%s\": {\"not_run\": ", fields.empty() ? "" : ", ",
+                      r.column.c_str());
+        fields += std::string(field) + "\"" + why +
+                  "\", \"correct\": " + (r.correct ? "true" : "false") + "}";
+      } else {
+        std::snprintf(field, sizeof(field),
+                      "%s\"%s\": {\"gbps\": %.1f, \"of_memcpy\": %.4f, "
+                      "\"correct\": %s}",
+                      fields.empty() ? "" : ", ", r.column.c_str(), r.gbps,
+                      r.gbps / memcpy_gbps, r.correct ? "true" : "false");
+        fields += field;
+      }
     }
     std::printf(" %s |\n", picked.c_str());
     std::fflush(stdout);
@@ -347,15 +461,24 @@ int Run(const char* json_path, bool quick, const char* only) {
                   static_cast<unsigned long long>(c.rows),
                   static_cast<unsigned long long>(c.cols), picked.c_str());
     json += std::string(json.size() > 2 ? ",\n" : "") + head + fields + "}";
-    cudaFree(in);
-    cudaFree(out);
+    Check(cudaFree(in), "free in");
+    Check(cudaFree(out), "free out");
   }
+  Check(cudaFree(mismatches), "free");
+  Check(cudaFree(l2_flush.scratch), "free");
+  Check(cudaFree(l2_flush.sink), "free");
   json += "\n]\n";
-  if (json_path != nullptr) {
-    if (FILE* f = std::fopen(json_path, "w")) {
-      std::fputs(json.c_str(), f);
-      std::fclose(f);
+  if (json_file != nullptr) {
+    if (std::fputs(json.c_str(), json_file) < 0 ||
+        std::fclose(json_file) != 0) {
+      std::fprintf(stderr, "--json=%s: %s\n", json_path, std::strerror(errno));
+      return 1;
     }
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "%d result%s wrong or failed (marked in the table)\n",
+                 failures, failures == 1 ? "" : "s");
+    return 1;
   }
   return 0;
 }
@@ -368,11 +491,28 @@ int main(int argc, char** argv) {
   bool quick = false;
   const char* only = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--case=", 7) == 0) only = argv[i] + 7;
-    if (std::strncmp(argv[i], "--json=", 7) == 0) json = argv[i] + 7;
-    if (std::strncmp(argv[i], "--reps=", 7) == 0)
-      transpose::kernels::reps = std::atoi(argv[i] + 7);
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    const char* arg = argv[i];
+    char* end = nullptr;
+    if (std::strncmp(arg, "--case=", 7) == 0) {
+      only = arg + 7;
+    } else if (std::strncmp(arg, "--json=", 7) == 0 && arg[7] != '\0') {
+      json = arg + 7;
+    } else if (std::strncmp(arg, "--reps=", 7) == 0) {
+      const long value = std::strtol(arg + 7, &end, 10);
+      if (end == arg + 7 || *end != '\0' || value < 1 || value > 100000) {
+        std::fprintf(stderr, "%s: expected 1 to 100000 runs\n", arg);
+        return 2;
+      }
+      transpose::kernels::reps = static_cast<int>(value);
+    } else if (std::strcmp(arg, "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr,
+                   "unknown argument '%s'\nusage: transpose_bench "
+                   "[--json=FILE] [--reps=25] [--quick] [--case=TEXT]\n",
+                   arg);
+      return 2;
+    }
   }
   return transpose::kernels::Run(json, quick, only);
 }

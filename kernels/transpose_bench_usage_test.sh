@@ -1,0 +1,33 @@
+#!/bin/bash
+# transpose_bench refuses a usage mistake with exit code 2 before it touches a
+# GPU (so this runs without one): it used to ignore unknown arguments, run the
+# whole benchmark on --reps=0 and read an empty vector, and drop the JSON
+# silently when its file could not be written, after a ten-minute run.
+#
+#   transpose_bench_usage_test.sh PATH_TO_transpose_bench
+set -u
+bench=$1
+failed=0
+expect_usage_error() {
+  local message=$1
+  shift
+  local output
+  output=$("$bench" "$@" 2>&1)
+  local code=$?
+  if [[ $code != 2 || $output != *"$message"* ]]; then
+    echo "FAIL: transpose_bench $*: exit code $code (expected 2), output:"
+    echo "$output"
+    failed=1
+  else
+    echo "ok: transpose_bench $* -> $message"
+  fi
+}
+expect_usage_error "--reps=0: expected 1 to 100000 runs" --reps=0
+expect_usage_error "--reps=abc: expected 1 to 100000 runs" --reps=abc
+expect_usage_error "--reps=-3: expected 1 to 100000 runs" --reps=-3
+expect_usage_error "unknown argument '--json'" --json out.json
+expect_usage_error "unknown argument '--rep=5'" --rep=5
+expect_usage_error "--case=no-such-case matches no case" --case=no-such-case
+expect_usage_error "--json=/nonexistent/x.json: No such file or directory" \
+  --quick --json=/nonexistent/x.json
+exit $failed
