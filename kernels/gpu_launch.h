@@ -5,6 +5,7 @@
 #define TRANSPOSE_KERNELS_GPU_LAUNCH_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/transpose_args.h"
 
@@ -19,7 +20,8 @@ enum class Kernel : int {
   // tile[64][65] with 64x8 threads: each thread moves 8 elements, more loads in
   // flight per warp.
   kPadded64x8,
-  // 16-byte chunks both ways (2- to 16-byte elements); needs CanVectorize.
+  // 16-byte chunks both ways (1-byte elements through 4 x 4 byte blocks in
+  // registers); needs CanVectorize.
   kVector,
   // 4 x 4 byte blocks transposed in registers (1-byte elements); needs
   // CanUseWords.
@@ -40,6 +42,13 @@ const char* KernelNameOf(Kernel kernel);
 // Whether kVector can run `args`: rows and columns whose byte lengths are
 // multiples of 16, and 16-byte aligned buffers.
 bool CanVectorize(const TransposeArgs& args);
+// The vector kernel's tile for `args`, in elements: it depends on the element
+// size, and for 2-byte elements on whether the matrix is narrower than the
+// usual tile.
+struct TileShape {
+  uint64_t rows, cols;
+};
+TileShape VectorTileOf(const TransposeArgs& args);
 // Whether kWord can run `args`: 1-byte elements, rows and columns multiples of
 // 4, 4-byte aligned buffers.
 bool CanUseWords(const TransposeArgs& args);

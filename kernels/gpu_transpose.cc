@@ -64,6 +64,14 @@ double FullTileFraction(const TransposeArgs& args, uint64_t tile_rows,
          (static_cast<double>(args.rows) * static_cast<double>(args.cols));
 }
 
+// Whether the vector kernel takes `args` with most of the matrix in whole
+// tiles.
+bool VectorTilesMostlyFull(const TransposeArgs& args) {
+  if (!CanVectorize(args)) return false;
+  const TileShape tile = VectorTileOf(args);
+  return FullTileFraction(args, tile.rows, tile.cols) >= 0.75;
+}
+
 // Whether every output row starts on a 32-byte sector (given an aligned
 // output buffer, as the engine's are).
 bool OutputRowsSectorAligned(const TransposeArgs& args) {
@@ -72,10 +80,10 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 
 }  // namespace
 
-// AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): the word
-// kernel for bytes, the vector kernel for 2- and 16-byte elements where its
-// 16-byte accesses are possible and its larger tiles are mostly full (a batch
-// of 64 x 64 2-byte matrices would leave its 64 x 128 tiles half empty). For
+// AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): the
+// vector kernel for 1-, 2- and 16-byte elements where its 16-byte accesses are
+// possible and its tiles mostly full (else the word kernel for bytes; a batch
+// of 64 x 64 2-byte matrices gets 64 x 64 tiles). For
 // 4- and 8-byte elements: where most 64 x 64 tiles would be partial (small
 // odd matrices, often batched), the 32 x 32 tile, which wastes less (4-byte
 // batches of 63 x 65 to 511 x 513: 87-100% of memcpy, against 74-94% for the
@@ -86,12 +94,11 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 Kernel AutoKernel(const TransposeArgs& args) {
   switch (args.element_size) {
     case 1:
+      if (VectorTilesMostlyFull(args)) return Kernel::kVector;
       return internal::CanUseWords(args) ? Kernel::kWord : Kernel::kPadded64x8;
     case 2:
-      return internal::CanVectorize(args) &&
-                     FullTileFraction(args, 64, 128) >= 0.75
-                 ? Kernel::kVector
-                 : Kernel::kPadded64x8;
+      return VectorTilesMostlyFull(args) ? Kernel::kVector
+                                         : Kernel::kPadded64x8;
     case 16:
       return internal::CanVectorize(args) ? Kernel::kVector : Kernel::kPadded32;
     default:
@@ -102,30 +109,31 @@ Kernel AutoKernel(const TransposeArgs& args) {
 }
 
 // AUTO's tuning, from transpose_bench on the H200 (docs/BENCHMARKS.md, attempt
-// 24; six full runs), against the default column-major walk with plain
-// loads:
-// - Evict-last input for 2- to 16-byte elements once a launch moves 128 MiB
-//   (about twice the L2): up to 3.6 points more (2-byte 16384²), and from 256
-//   MiB up never less; at 128 MiB within -1.4 to +3.1 points. Smaller
-//   matrices, whose output can stay in L2, lost up to 6.7 points (4-byte
-//   4096²), and the 1-byte word kernel gains nothing from it at any size.
-// - Groups of tile rows for 8- and 16-byte elements where input and output
-//   rows are both 128 KiB long: narrow column bands of such rows read 7-11%
+// 28; each run timed from an L2 holding none of its data), against the default
+// column-major walk with plain loads:
+// - Evict-last input for the vector kernel and padded_64x8 once a launch
+//   moves 64 MiB: 1.9 to 3.1 points more at 64 MiB (4-byte 4096² 97.3 ->
+//   99.2%, 1-byte 8192² 95.8 -> 97.7%, 4-byte 4096 x (64 x 64) 99.5 ->
+//   102.6%), up to 2.8 from 128 MiB up (2-byte 8192² and 16384²), within a
+//   point either way at 32 MiB. (The older timing let each run's dirty output
+//   lines spill into the next, and put the threshold at 128 MiB.) The word
+//   kernel gains nothing.
+// - Groups of tile rows for 16-byte elements where input and output rows are
+//   both 128 KiB long (8192²): narrow column bands of such rows read 7-11%
 //   slower than wide ones (attempts 14 and 15), and the groups' wider read
-//   bands gain more than their shorter write runs cost. 16-byte 8192²: 96.1-
-//   96.7% against 93.0-93.7% for evict-last alone. 8-byte 16384²: 94.7-95.4%
-//   in every full run, where evict-last alone varies from 93.1 to 95.2% (run
-//   alone, the latter leads, 95.7-96.8% against 94.8-95.5%). Everywhere else
-//   the groups lose 0.6 to 12 points, 4-byte 32768² and 2-byte 65536²
-//   included, whose rows are 128 KiB too but whose tiles are 256 B wide.
+//   bands gain more than their shorter write runs cost: 96.5-96.6% against
+//   93.8-94.1% for evict-last alone. 8-byte 16384², whose rows are 128 KiB
+//   too, ties in full runs (95.2% both ways, twice) and leads without groups
+//   run alone (97.6-97.7% against 95.0%, three runs), so it walks whole tile
+//   columns. Everywhere else the groups lose 0.6 to 14 points.
 Tuning AutoTuning(Kernel kernel, const TransposeArgs& args) {
   Tuning tuning;
-  if (!SupportsTuning(kernel) || args.element_size < 2) return tuning;
-  constexpr uint64_t kEvictLastFromBytes = uint64_t{128} << 20;
+  if (!SupportsTuning(kernel) || kernel == Kernel::kWord) return tuning;
+  constexpr uint64_t kEvictLastFromBytes = uint64_t{64} << 20;
   constexpr uint64_t kGroupedRowBytes = uint64_t{128} << 10;
   tuning.input_evict_last = args.bytes() >= kEvictLastFromBytes;
   tuning.grouped_tile_rows =
-      args.element_size >= 8 &&
+      args.element_size == 16 &&
       args.cols * args.element_size == kGroupedRowBytes &&
       args.rows * args.element_size == kGroupedRowBytes;
   return tuning;

@@ -251,6 +251,92 @@ __global__ void __launch_bounds__(NT)
   }
 }
 
+// The vector kernel for 1-byte elements: 16-byte accesses both ways, the
+// transpose done on 4 x 4 byte blocks in registers (__byte_perm). A thread
+// loads 16-byte chunks of input rows into the shared tile; then, for one
+// 4-byte column of 16 input rows, reads those 16 words, transposes their four
+// 4 x 4 blocks and stores 16-byte chunks of 4 output rows. The word kernel's
+// 4-byte accesses read 87-89% of memcpy at 8192² and 16384² on the H200; this
+// 96-98% (docs/BENCHMARKS.md, attempt 28). Tile: TR rows x TW words (4 TW
+// bytes); QG = TR / 16 row groups, one per lane in a group of QG lanes, so a
+// warp's store covers 32 / QG output rows x TR bytes. Shared words are
+// XOR-swizzled by row group in steps of 32 / QG words: 16-byte chunks stay
+// whole, and a warp's column reads fall on 32 different banks. Needs rows and
+// columns that are multiples of 16; `rows` and `cols` count bytes.
+template <int TR, int TW, int NT, int kGroup = 0, bool kEvictLast = false>
+__global__ void __launch_bounds__(NT)
+    VectorTransposeBytes(const uint8_t* __restrict__ in,
+                         uint8_t* __restrict__ out, uint64_t rows,
+                         uint64_t cols, uint64_t col_tile0, uint64_t batch0) {
+  constexpr int TC = TW * 4, CH = TW / 4, QG = TR / 16, WL = 32 / QG;
+  constexpr int kLoads = TR * CH / NT, kUnits = TW * QG / NT;
+  static_assert(QG <= 8 && TW % 32 == 0 && (TR * CH) % NT == 0 &&
+                (TW * QG) % NT == 0);
+  __shared__ __align__(16) uint32_t tile[TR * TW];
+  // Row r's swizzle: its row group's step.
+  const auto swizzle = [](int r) { return ((r / 16) % QG) * WL; };
+  const Tile t = LocateTile<TR, TC, kGroup>(rows, cols, col_tile0, batch0);
+  const uint8_t* src = in + t.offset + t.row0 * cols + t.col0;
+  uint8_t* dst = out + t.offset + t.col0 * rows + t.row0;
+  if (t.rows == TR && t.cols == TC) {
+    uint4 v[kLoads];
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {  // Every load in flight first.
+      const int idx = threadIdx.x + i * NT, r = idx / CH, ch = idx % CH;
+      v[i] = LoadInput<kEvictLast>(
+          reinterpret_cast<const uint4*>(src + r * cols) + ch);
+    }
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int idx = threadIdx.x + i * NT, r = idx / CH, ch = idx % CH;
+      reinterpret_cast<uint4*>(tile + r * TW)[(ch * 4 ^ swizzle(r)) / 4] = v[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = threadIdx.x + u * NT, q = unit % QG, w = unit / QG;
+      const int column = w ^ (q * WL);  // Every row of group q: swizzle(r).
+      uint32_t o[4][4];  // o[k][m]: output row 4w + k, input rows 16q + 4m...
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        uint32_t a[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          a[k] = tile[(q * 16 + m * 4 + k) * TW + column];
+        const uint32_t t0 = __byte_perm(a[0], a[1], 0x5140),
+                       t1 = __byte_perm(a[0], a[1], 0x7362);
+        const uint32_t t2 = __byte_perm(a[2], a[3], 0x5140),
+                       t3 = __byte_perm(a[2], a[3], 0x7362);
+        o[0][m] = __byte_perm(t0, t2, 0x5410);
+        o[1][m] = __byte_perm(t0, t2, 0x7632);
+        o[2][m] = __byte_perm(t1, t3, 0x5410);
+        o[3][m] = __byte_perm(t1, t3, 0x7632);
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        __stwb(reinterpret_cast<uint4*>(dst + (w * 4 + k) * rows + q * 16),
+               make_uint4(o[k][0], o[k][1], o[k][2], o[k][3]));
+      }
+    }
+  } else {
+    // An edge tile, a byte at a time through the same layout.
+    uint8_t* const bytes = reinterpret_cast<uint8_t*>(tile);
+    const auto at = [&swizzle](int r, int c) {
+      return (r * TW + ((c / 4) ^ swizzle(r))) * 4 + c % 4;
+    };
+    for (int idx = threadIdx.x; idx < TR * TC; idx += NT) {
+      const int r = idx / TC, c = idx % TC;
+      if (r < t.rows && c < t.cols)
+        bytes[at(r, c)] = LoadInput<kEvictLast>(src + r * cols + c);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < TR * TC; idx += NT) {
+      const int j = idx / TR, r = idx % TR;
+      if (r < t.rows && j < t.cols) dst[j * rows + r] = bytes[at(r, j)];
+    }
+  }
+}
+
 // 1-byte elements as 4-byte words: a thread reads 4 words from 4 consecutive
 // rows of the shared tile and transposes that 4 x 4 byte block in registers
 // (__byte_perm), so every global and shared access moves a word instead of a
@@ -470,12 +556,17 @@ cudaError_t LaunchTyped(Kernel kernel, const TransposeArgs& args,
 }
 
 // Tile shapes for the vector kernel, per element size: 16 KiB tiles, 256
-// threads.
+// threads (for 1-byte elements, VectorTileOf).
 template <typename T>
 struct VectorShape;
 template <>
 struct VectorShape<uint16_t> {
   static constexpr int kRows = 64, kCols = 128;
+};
+// For 2-byte matrices narrower than the tile, such as batches of 64 x 64: the
+// 64 x 128 tile would be half empty, and an edge tile all the way.
+struct NarrowVectorShape {
+  static constexpr int kRows = 64, kCols = 64;
 };
 template <>
 struct VectorShape<uint32_t> {
@@ -490,11 +581,11 @@ struct VectorShape<Element16> {
   static constexpr int kRows = 32, kCols = 32;
 };
 
-template <typename T>
+template <typename T, typename Shape = VectorShape<T>>
 cudaError_t LaunchVector(const TransposeArgs& args, cudaStream_t stream,
                          const Tuning& tuning) {
-  constexpr int kRows = VectorShape<T>::kRows, kCols = VectorShape<T>::kCols,
-                kThreads = 256, kG = kTileRowGroup;
+  constexpr int kRows = Shape::kRows, kCols = Shape::kCols, kThreads = 256,
+                kG = kTileRowGroup;
   const auto function =
       ForTuning(tuning, VectorTranspose<T, kRows, kCols, kThreads, 0, false>,
                 VectorTranspose<T, kRows, kCols, kThreads, 0, true>,
@@ -504,6 +595,26 @@ cudaError_t LaunchVector(const TransposeArgs& args, cudaStream_t stream,
       function, dim3(kThreads), 0, stream, static_cast<const T*>(args.input),
       static_cast<T*>(args.output), args.batch, args.rows, args.cols,
       CeilDiv(args.rows, kRows), CeilDiv(args.cols, kCols));
+}
+
+// 1-byte elements: 128 x 256-byte tiles of 512 threads, each thread one
+// column unit (64 x 128 tiles: 95-96%; 128 x 128: 93-97%; 256 threads on 128 x
+// 256: within half a point).
+constexpr int kVectorByteRows = 128, kVectorByteWords = 64;
+cudaError_t LaunchVectorBytes(const TransposeArgs& args, cudaStream_t stream,
+                              const Tuning& tuning) {
+  constexpr int kRows = kVectorByteRows, kWords = kVectorByteWords,
+                kThreads = 512, kG = kTileRowGroup;
+  const auto function =
+      ForTuning(tuning, VectorTransposeBytes<kRows, kWords, kThreads, 0, false>,
+                VectorTransposeBytes<kRows, kWords, kThreads, 0, true>,
+                VectorTransposeBytes<kRows, kWords, kThreads, kG, false>,
+                VectorTransposeBytes<kRows, kWords, kThreads, kG, true>);
+  return LaunchGrids(function, dim3(kThreads), 0, stream,
+                     static_cast<const uint8_t*>(args.input),
+                     static_cast<uint8_t*>(args.output), args.batch, args.rows,
+                     args.cols, CeilDiv(args.rows, kRows),
+                     CeilDiv(args.cols, kWords * 4));
 }
 
 cudaError_t LaunchWord(const TransposeArgs& args, cudaStream_t stream,
@@ -550,13 +661,30 @@ bool CanVectorize(const TransposeArgs& args) {
   const auto aligned = [](const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
   };
-  return args.element_size >= 2 && (args.rows * args.element_size) % 16 == 0 &&
+  return (args.rows * args.element_size) % 16 == 0 &&
          (args.cols * args.element_size) % 16 == 0 && aligned(args.input) &&
          aligned(args.output);
 }
 
 bool CanSkew(const TransposeArgs& args) {
   return args.element_size == 4 || args.element_size == 8;
+}
+
+TileShape VectorTileOf(const TransposeArgs& args) {
+  switch (args.element_size) {
+    case 1:
+      return {kVectorByteRows, kVectorByteWords * 4};
+    case 2:
+      return args.cols < VectorShape<uint16_t>::kCols
+                 ? TileShape{NarrowVectorShape::kRows, NarrowVectorShape::kCols}
+                 : TileShape{VectorShape<uint16_t>::kRows,
+                             VectorShape<uint16_t>::kCols};
+    case 4:
+      return {VectorShape<uint32_t>::kRows, VectorShape<uint32_t>::kCols};
+    case 8:
+      return {VectorShape<Element8>::kRows, VectorShape<Element8>::kCols};
+  }
+  return {VectorShape<Element16>::kRows, VectorShape<Element16>::kCols};
 }
 
 bool CanUseWords(const TransposeArgs& args) {
@@ -602,8 +730,13 @@ int Launch(Kernel kernel, const TransposeArgs& args, void* stream,
   if (kernel == Kernel::kVector) {
     if (!CanVectorize(args)) return cudaErrorInvalidValue;
     switch (args.element_size) {
+      case 1:
+        return LaunchVectorBytes(args, cuda_stream, tuning);
       case 2:
-        return LaunchVector<uint16_t>(args, cuda_stream, tuning);
+        return VectorTileOf(args).cols == NarrowVectorShape::kCols
+                   ? LaunchVector<uint16_t, NarrowVectorShape>(
+                         args, cuda_stream, tuning)
+                   : LaunchVector<uint16_t>(args, cuda_stream, tuning);
       case 4:
         return LaunchVector<uint32_t>(args, cuda_stream, tuning);
       case 8:

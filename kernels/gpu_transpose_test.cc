@@ -191,27 +191,29 @@ std::string InternalCaseName(
 
 INSTANTIATE_TEST_SUITE_P(
     ProductionKernels, GpuInternalKernelTest,
-    ::testing::Combine(::testing::Values(internal::Kernel::kVector,
-                                         internal::Kernel::kWord,
-                                         internal::Kernel::kSkewed,
-                                         internal::Kernel::kPadded64x8),
-                       ::testing::Values(1, 2, 4, 8, 16),
-                       ::testing::Values(Shape{1, 64, 64}, Shape{1, 1000, 1000},
-                                         Shape{3, 72, 136}, Shape{1, 16, 4096},
-                                         Shape{1, 4096, 16}, Shape{2, 200, 8},
-                                         Shape{70000, 8, 8}, Shape{1, 1, 1},
-                                         Shape{1, 1, 1000}, Shape{1, 1000, 1},
-                                         Shape{1, 31, 33}, Shape{3, 65, 129},
-                                         Shape{1, 4097, 4099},
-                                         Shape{2, 129, 4095})),
+    ::testing::Combine(
+        ::testing::Values(internal::Kernel::kVector, internal::Kernel::kWord,
+                          internal::Kernel::kSkewed,
+                          internal::Kernel::kPadded64x8),
+        ::testing::Values(1, 2, 4, 8, 16),
+        ::testing::Values(Shape{1, 64, 64}, Shape{1, 1000, 1000},
+                          Shape{3, 72, 136}, Shape{1, 16, 4096},
+                          Shape{1, 4096, 16}, Shape{2, 200, 8},
+                          Shape{70000, 8, 8}, Shape{1, 1, 1}, Shape{1, 1, 1000},
+                          Shape{1, 1000, 1}, Shape{1, 31, 33},
+                          Shape{3, 65, 129}, Shape{1, 4097, 4099},
+                          Shape{2, 129, 4095}, Shape{2, 4112, 272},
+                          Shape{5, 72, 48})),
     InternalCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136
 // fills full groups of 32 tile rows and leaves a partial one for every
 // kernel's tile height (33 word tiles of 128 rows, 65 of 64, 129 of 32), in a
 // batch; the other shapes add partial edge tiles (4097 x 4099 for the kernels
-// that take odd shapes), one partial group (3 x 2056 x 136) and many small
-// matrices.
+// that take odd shapes), one partial group (3 x 2056 x 136), many small
+// matrices, and for the vector kernel's 1-byte 128 x 256 tiles a partial group
+// and partial edge tiles (2 x 4112 x 272), and for its 2-byte 64 x 64 tiles
+// partial ones in a batch (5 x 72 x 48).
 using TunedCase = std::tuple<internal::Kernel, internal::Tuning, size_t, Shape>;
 
 // More than 65535 tile columns: the host launches two grids, and each maps its
@@ -262,7 +264,8 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(Shape{2, 4104, 136}, Shape{1, 4097, 4099},
                           Shape{1, 4096, 2048}, Shape{3, 2056, 136},
                           Shape{2, 129, 4095}, Shape{1, 31, 33},
-                          Shape{70000, 8, 8})),
+                          Shape{70000, 8, 8}, Shape{2, 4112, 272},
+                          Shape{5, 72, 48})),
     TunedCaseName);
 
 // Whether the device and the host can hold a `bytes`-byte case: input and

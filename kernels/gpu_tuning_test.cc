@@ -22,7 +22,7 @@ namespace {
 
 // AUTO's tuning is a function of the shape alone (no device needed); the
 // figures behind it are in docs/BENCHMARKS.md.
-TEST(AutoTuningTest, EvictLastFrom128MiBAndGroupsFor128KiBRows) {
+TEST(AutoTuningTest, EvictLastFrom64MiBAndGroupsFor16ByteElementsIn128KiBRows) {
   const auto tuning = [](size_t element_size, uint64_t batch, uint64_t rows,
                          uint64_t cols) {
     const TransposeArgs args{element_size,
@@ -33,31 +33,63 @@ TEST(AutoTuningTest, EvictLastFrom128MiBAndGroupsFor128KiBRows) {
                              reinterpret_cast<void*>(uintptr_t{1} << 40)};
     return internal::AutoTuning(internal::AutoKernel(args), args);
   };
-  // Under 128 MiB: the default.
-  EXPECT_EQ(tuning(4, 1, 4096, 4096), (internal::Tuning{false, false}));
+  // Under 64 MiB: the default.
+  EXPECT_EQ(tuning(4, 1, 2048, 4096), (internal::Tuning{false, false}));
   EXPECT_EQ(tuning(2, 4096, 64, 64), (internal::Tuning{false, false}));
-  // From 128 MiB, for 2- to 16-byte elements, batches included.
+  EXPECT_EQ(tuning(1, 1, 4096, 4096), (internal::Tuning{false, false}));
+  // From 64 MiB, for every element size the vector kernel or padded_64x8
+  // takes, batches included.
+  EXPECT_EQ(tuning(4, 1, 4096, 4096), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(4, 4096, 64, 64), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(1, 1, 8192, 8192), (internal::Tuning{false, true}));
+  EXPECT_EQ(tuning(1, 1, 16384, 16384), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(2, 1, 8192, 8192), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(8, 1, 4096, 4096), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(4, 1, 16384, 16384), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(16, 1, 16384, 16384), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(2, 16, 2048, 2048), (internal::Tuning{false, true}));
-  // Never for the 1-byte word kernel, nor for the skewed or padded_32
-  // kernels, which take no tuning.
-  EXPECT_EQ(tuning(1, 1, 16384, 16384), (internal::Tuning{false, false}));
+  // Never for the 1-byte word kernel (rows and columns multiples of 4, not
+  // 16), nor for the skewed or padded_32 kernels, which take no tuning.
+  EXPECT_EQ(tuning(1, 1, 16384, 16388), (internal::Tuning{false, false}));
   EXPECT_EQ(tuning(4, 1, 12345, 6789), (internal::Tuning{false, false}));
   EXPECT_EQ(tuning(4, 256, 511, 513), (internal::Tuning{false, false}));
-  // Just under 128 MiB: a 2-byte matrix the tunable padded_64x8 takes.
-  EXPECT_EQ(tuning(2, 1, 8192, 8191), (internal::Tuning{false, false}));
-  EXPECT_EQ(tuning(2, 1, 8192, 8193), (internal::Tuning{false, true}));
-  // Groups for 8- and 16-byte elements where input and output rows are both
-  // 128 KiB; not for smaller elements with 128 KiB rows.
+  // Just under 64 MiB: a 2-byte matrix the tunable padded_64x8 takes.
+  EXPECT_EQ(tuning(2, 1, 4096, 8191), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(2, 1, 4096, 8193), (internal::Tuning{false, true}));
+  // Groups for 16-byte elements where input and output rows are both 128 KiB;
+  // not for smaller elements with 128 KiB rows.
   EXPECT_EQ(tuning(16, 1, 8192, 8192), (internal::Tuning{true, true}));
-  EXPECT_EQ(tuning(8, 1, 16384, 16384), (internal::Tuning{true, true}));
+  EXPECT_EQ(tuning(8, 1, 16384, 16384), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(16, 1, 8192, 4096), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(8, 1, 16384, 8192), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(4, 1, 32768, 32768), (internal::Tuning{false, true}));
   EXPECT_EQ(tuning(2, 1, 65536, 65536), (internal::Tuning{false, true}));
+}
+
+// AUTO's kernel is a function of the shape too: the vector kernel where its
+// 16-byte accesses are possible and its tiles mostly full.
+TEST(AutoKernelTest, VectorWhereItsTilesAreMostlyFull) {
+  const auto kernel = [](size_t element_size, uint64_t batch, uint64_t rows,
+                         uint64_t cols) {
+    return internal::AutoKernel({element_size, batch, rows, cols,
+                                 reinterpret_cast<void*>(256),
+                                 reinterpret_cast<void*>(uintptr_t{1} << 40)});
+  };
+  EXPECT_EQ(kernel(1, 1, 8192, 8192), internal::Kernel::kVector);
+  EXPECT_EQ(kernel(1, 1, 4096, 4096), internal::Kernel::kVector);
+  // Multiples of 4, not 16; then not even of 4.
+  EXPECT_EQ(kernel(1, 1, 8192, 8196), internal::Kernel::kWord);
+  EXPECT_EQ(kernel(1, 1, 8191, 8192), internal::Kernel::kPadded64x8);
+  // Mostly partial 128 x 256 tiles.
+  EXPECT_EQ(kernel(1, 1000, 64, 64), internal::Kernel::kWord);
+  // 2-byte batches of 64 x 64 take 64 x 64 tiles.
+  EXPECT_EQ(kernel(2, 4096, 64, 64), internal::Kernel::kVector);
+  EXPECT_EQ(internal::VectorTileOf({2, 4096, 64, 64, nullptr, nullptr}).cols,
+            64u);
+  EXPECT_EQ(internal::VectorTileOf({2, 1, 64, 128, nullptr, nullptr}).cols,
+            128u);
+  EXPECT_EQ(kernel(2, 1, 8192, 8192), internal::Kernel::kVector);
+  EXPECT_EQ(kernel(2, 16, 72, 200), internal::Kernel::kPadded64x8);
 }
 
 // Refused before anything reaches the device.
