@@ -55,24 +55,50 @@ absl::StatusOr<MetricSamples> ParseMetricsText(absl::string_view text) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
-    // The series ends at the closing brace if there are labels (values may hold
-    // spaces).
-    const size_t close = line.rfind('}');
-    const size_t split =
-        line.find(' ', close == absl::string_view::npos ? 0 : close);
-    double value;
-    if (split == absl::string_view::npos) {
+    // The series: its name, and its labels up to the brace that closes them
+    // (quoted values may hold braces, spaces and escaped quotes).
+    size_t end = line.find_first_of("{ \t");
+    if (end != absl::string_view::npos && line[end] == '{') {
+      bool quoted = false;
+      for (++end; end < line.size(); ++end) {
+        if (quoted && line[end] == '\\') {
+          ++end;
+        } else if (line[end] == '"') {
+          quoted = !quoted;
+        } else if (!quoted && line[end] == '}') {
+          break;
+        }
+      }
+      if (end >= line.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("metrics line with unterminated labels: ", line));
+      }
+      ++end;
+    }
+    if (end == absl::string_view::npos) {
       return absl::InvalidArgumentError(
           absl::StrCat("metrics line without value: ", line));
     }
-    absl::string_view rest =
-        absl::StripLeadingAsciiWhitespace(line.substr(split + 1));
-    rest = rest.substr(0, rest.find(' '));
-    if (!absl::SimpleAtod(rest, &value)) {
+    // Then the value, an optional timestamp, and an optional exemplar
+    // (OpenMetrics: "# {labels} value"), separated by spaces or tabs.
+    const std::vector<absl::string_view> fields = absl::StrSplit(
+        line.substr(end), absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (fields.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics line without value: ", line));
+    }
+    double value, timestamp;
+    if (!absl::SimpleAtod(fields[0], &value)) {
       return absl::InvalidArgumentError(
           absl::StrCat("metrics value does not parse: ", line));
     }
-    samples[std::string(line.substr(0, split))] = value;
+    const size_t exemplar =
+        fields.size() > 1 && !absl::SimpleAtod(fields[1], &timestamp) ? 1 : 2;
+    if (fields.size() > exemplar && fields[exemplar] != "#") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "metrics line has more than a value and a timestamp: ", line));
+    }
+    samples[std::string(line.substr(0, end))] = value;
   }
   return samples;
 }
@@ -85,7 +111,14 @@ std::string FormatMetricsDelta(const MetricSamples& before,
     auto it = before.find(series);
     const double delta = value - (it == before.end() ? 0 : it->second);
     if (delta == 0) continue;
-    absl::StrAppend(&out, series, " +", absl::StrFormat("%.15g", delta), "\n");
+    // A counter only falls when its server restarted between the scrapes.
+    absl::StrAppend(&out, series,
+                    delta > 0 ? absl::StrFormat(" +%.15g", delta)
+                              : absl::StrFormat(" %.15g (fell: the server "
+                                                "restarted between the "
+                                                "scrapes)",
+                                                delta),
+                    "\n");
   }
   // Mean kernel bandwidth per series over the interval: delta(sum) /
   // delta(count).

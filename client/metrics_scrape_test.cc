@@ -1,5 +1,7 @@
 #include "client/metrics_scrape.h"
 
+#include <cmath>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/refused_port.h"
@@ -28,6 +30,26 @@ TEST(MetricsScrapeTest, ParsesTheTextFormat) {
 TEST(MetricsScrapeTest, RejectsLinesWithoutValues) {
   EXPECT_FALSE(ParseMetricsText("transpose_requests_total\n").ok());
   EXPECT_FALSE(ParseMetricsText("transpose_requests_total abc\n").ok());
+  EXPECT_FALSE(ParseMetricsText("x{a=\"1\"}\n").ok());
+  EXPECT_FALSE(ParseMetricsText("x{a=\"unterminated} 1\n").ok());
+  EXPECT_FALSE(ParseMetricsText("x 1 2 3\n").ok());
+  EXPECT_FALSE(ParseMetricsText("x 1 abc\n").ok());
+}
+
+// Tabs separate as spaces do; an OpenMetrics exemplar after the value is not
+// part of the series (it used to be read as one, ending at its brace).
+TEST(MetricsScrapeTest, ReadsTabsEscapesAndExemplars) {
+  absl::StatusOr<MetricSamples> samples = ParseMetricsText(
+      "tabbed\t5\n"
+      "x_total{a=\"q\\\"}\"} 7 # {trace_id=\"abc\"} 1\n"
+      "y_total 3 1700000000 # {trace_id=\"d\"} 1\n"
+      "inf +Inf\n");
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ(samples->at("tabbed"), 5);
+  EXPECT_EQ(samples->at("x_total{a=\"q\\\"}\"}"), 7);
+  EXPECT_EQ(samples->at("y_total"), 3);
+  EXPECT_TRUE(std::isinf(samples->at("inf")));
+  EXPECT_EQ(samples->size(), 4u);
 }
 
 TEST(MetricsScrapeTest, DeltaShowsChangedCountersAndMeanBandwidth) {
@@ -56,6 +78,15 @@ TEST(MetricsScrapeTest, DeltaShowsChangedCountersAndMeanBandwidth) {
   EXPECT_THAT(delta, Not(HasSubstr("inflight")));
   EXPECT_THAT(delta,
               HasSubstr("mean kernel bandwidth{backend=\"cpu\"} 12.00 GB/s"));
+}
+
+TEST(MetricsScrapeTest, ACounterThatFellSaysTheServerRestarted) {
+  const MetricSamples before = {{"transpose_requests_total{code=\"OK\"}", 10}};
+  const MetricSamples after = {{"transpose_requests_total{code=\"OK\"}", 3}};
+  const std::string delta = FormatMetricsDelta(before, after);
+  EXPECT_EQ(delta,
+            "transpose_requests_total{code=\"OK\"} -7 (fell: the server "
+            "restarted between the scrapes)\n");
 }
 
 TEST(MetricsScrapeTest, OkRequestsCountedAddsEveryMethodsOkCalls) {
