@@ -342,6 +342,18 @@ std::optional<DataType> SomeTypeOfSize(size_t size) {
   return std::nullopt;
 }
 
+// "A.bin holds 12 bytes; float32 2x2 needs 16". `held` bytes of an input read
+// to its end, or, when it was read only one byte past `needed`, more than
+// needed.
+absl::Status WrongInputSize(const std::string& in_path, uint64_t held,
+                            bool read_to_end, DataType dtype,
+                            const MatrixShape& shape, uint64_t needed) {
+  const bool more = !read_to_end && held > needed;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s holds %s%d bytes; %s %s needs %d", in_path, more ? "more than " : "",
+      more ? needed : held, DataTypeName(dtype), ShapeToString(shape), needed));
+}
+
 // What an input holds: its elements' type and shape, and where they start.
 struct InputLayout {
   DataType dtype = DataType::kUnspecified;
@@ -452,9 +464,9 @@ int ReadLayout(const std::string& in_path, absl::string_view start,
     }
     // Here, before a large file is read, rather than in the client library.
     if (input_bytes.has_value() && *bytes != *input_bytes) {
-      return FailHere(absl::InvalidArgumentError(absl::StrFormat(
-          "%s holds %d bytes; %s %s needs %d", in_path, *input_bytes,
-          DataTypeName(layout.dtype), ShapeToString(layout.shape), *bytes)));
+      return FailHere(WrongInputSize(in_path, *input_bytes,
+                                     /*read_to_end=*/true, layout.dtype,
+                                     layout.shape, *bytes));
     }
     layout.batched = layout.shape.batch > 1;
   }
@@ -598,12 +610,9 @@ int RunTranspose() {
         return FailHere(absl::AbortedError(
             absl::StrCat(in_path, " changed size while it was read")));
       }
-      return FailHere(absl::InvalidArgumentError(
-          absl::StrFormat("%s holds %s%d bytes; %s %s needs %d", in_path,
-                          contents.size() > expected_bytes ? "more than " : "",
-                          std::min<uint64_t>(contents.size(), expected_bytes),
-                          DataTypeName(input.dtype), ShapeToString(input.shape),
-                          expected_bytes)));
+      return FailHere(WrongInputSize(in_path, contents.size(),
+                                     /*read_to_end=*/false, input.dtype,
+                                     input.shape, expected_bytes));
     }
   }
   input.data = absl::Span<const uint8_t>(

@@ -20,12 +20,14 @@ using MetricSamples = std::map<std::string, double>;
 absl::StatusOr<std::string> FetchUrl(const std::string& url);
 
 // Parses the Prometheus text exposition format: comments skipped, timestamps
-// ignored. INVALID_ARGUMENT for a line that is not "series value [timestamp]".
+// and OpenMetrics exemplars ignored. INVALID_ARGUMENT for a line that is not
+// "series value [timestamp] [# exemplar]".
 absl::StatusOr<MetricSamples> ParseMetricsText(absl::string_view text);
 
 // The counters and histogram counts/sums of the transpose_ metrics that changed
-// between the two scrapes, one "series +delta" per line, plus each kernel
-// series' mean bandwidth over the interval.
+// between the two scrapes, one "series +delta" per line ("series -N (fell:
+// ...)" for one that fell, its server restarted), plus each kernel series'
+// mean bandwidth over the interval.
 std::string FormatMetricsDelta(const MetricSamples& before,
                                const MetricSamples& after);
 

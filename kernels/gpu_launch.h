@@ -20,8 +20,8 @@ enum class Kernel : int {
   // tile[64][65] with 64x8 threads: each thread moves 8 elements, more loads in
   // flight per warp.
   kPadded64x8,
-  // 16-byte chunks both ways (1-byte elements through 4 x 4 byte blocks in
-  // registers); needs CanVectorize.
+  // 16-byte chunks both ways, 1- to 16-byte elements (1-byte ones through 4 x 4
+  // byte blocks in registers); needs CanVectorize.
   kVector,
   // 4 x 4 byte blocks transposed in registers (1-byte elements); needs
   // CanUseWords.

@@ -81,9 +81,10 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 }  // namespace
 
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): the
-// vector kernel for 1-, 2- and 16-byte elements where its 16-byte accesses are
+// vector kernel for 1- and 2-byte elements where its 16-byte accesses are
 // possible and its tiles mostly full (else the word kernel for bytes; a batch
-// of 64 x 64 2-byte matrices gets 64 x 64 tiles). For
+// of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for 16-byte elements
+// wherever its accesses are possible. For
 // 4- and 8-byte elements: where most 64 x 64 tiles would be partial (small
 // odd matrices, often batched), the 32 x 32 tile, which wastes less (4-byte
 // batches of 63 x 65 to 511 x 513: 87-100% of memcpy, against 74-94% for the
@@ -109,26 +110,33 @@ Kernel AutoKernel(const TransposeArgs& args) {
 }
 
 // AUTO's tuning, from transpose_bench on the H200 (docs/BENCHMARKS.md, attempt
-// 28; each run timed from an L2 holding none of its data), against the default
-// column-major walk with plain loads:
-// - Evict-last input for the vector kernel and padded_64x8 once a launch
-//   moves 64 MiB: 1.9 to 3.1 points more at 64 MiB (4-byte 4096² 97.3 ->
-//   99.2%, 1-byte 8192² 95.8 -> 97.7%, 4-byte 4096 x (64 x 64) 99.5 ->
-//   102.6%), up to 2.8 from 128 MiB up (2-byte 8192² and 16384²), within a
-//   point either way at 32 MiB. (The older timing let each run's dirty output
-//   lines spill into the next, and put the threshold at 128 MiB.) The word
-//   kernel gains nothing.
+// 28; docs/results/transpose_bench_h200_2026-12-02.md, each run timed from an
+// L2 holding none of its data), against the default column-major walk with
+// plain loads:
+// - Evict-last input for the vector kernel and padded_64x8 from a 64 MiB
+//   matrix: 1.5 to 2.2 points more at 64 MiB (4-byte 4096² 97.9-98.2 ->
+//   99.5-100.0%, 1-byte 8192² 95.5-95.6 -> 97.5-97.6%, 4-byte 4096 x (64 x 64)
+//   99.4-100.1 -> 101.6-102.3%), up to 2.6 from 128 MiB up (2-byte 8192² and
+//   16384²), within half a point at 32 MiB. (The older timing let each run's
+//   dirty output lines spill into the next, and put the threshold at 128 MiB.)
+//   Not measured for 1-byte elements on other kernels; the word kernel gained
+//   nothing from it.
 // - Groups of tile rows for 16-byte elements where input and output rows are
 //   both 128 KiB long (8192²): narrow column bands of such rows read 7-11%
 //   slower than wide ones (attempts 14 and 15), and the groups' wider read
-//   bands gain more than their shorter write runs cost: 96.5-96.6% against
-//   93.8-94.1% for evict-last alone. 8-byte 16384², whose rows are 128 KiB
-//   too, ties in full runs (95.2% both ways, twice) and leads without groups
-//   run alone (97.6-97.7% against 95.0%, three runs), so it walks whole tile
-//   columns. Everywhere else the groups lose 0.6 to 14 points.
+//   bands gain more than their shorter write runs cost: 96.0% against
+//   92.9-93.0% for evict-last alone. 8-byte 16384², whose rows are 128 KiB
+//   too, reads within 0.2 points either way in full runs (94.6% with groups,
+//   94.4% without) and 96.9-97.0% without them run alone, against 94.4% with
+//   them, so it walks whole tile columns. Everywhere else the groups lose 0.6
+//   to 14 points.
 Tuning AutoTuning(Kernel kernel, const TransposeArgs& args) {
   Tuning tuning;
-  if (!SupportsTuning(kernel) || kernel == Kernel::kWord) return tuning;
+  // Measured for 1-byte elements on the vector kernel only.
+  if (!SupportsTuning(kernel) ||
+      (args.element_size == 1 && kernel != Kernel::kVector)) {
+    return tuning;
+  }
   constexpr uint64_t kEvictLastFromBytes = uint64_t{64} << 20;
   constexpr uint64_t kGroupedRowBytes = uint64_t{128} << 10;
   tuning.input_evict_last = args.bytes() >= kEvictLastFromBytes;

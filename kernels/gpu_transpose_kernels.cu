@@ -150,6 +150,20 @@ __global__ void __launch_bounds__(kTile* kBlockRows)
   }
 }
 
+// Transposes the 4 x 4 bytes of four words, one per row: out[k] holds byte k
+// of in[0..3], in order.
+__device__ __forceinline__ void TransposeBytes4x4(const uint32_t (&in)[4],
+                                                  uint32_t (&out)[4]) {
+  const uint32_t t0 = __byte_perm(in[0], in[1], 0x5140),
+                 t1 = __byte_perm(in[0], in[1], 0x7362);
+  const uint32_t t2 = __byte_perm(in[2], in[3], 0x5140),
+                 t3 = __byte_perm(in[2], in[3], 0x7362);
+  out[0] = __byte_perm(t0, t2, 0x5410);
+  out[1] = __byte_perm(t0, t2, 0x7632);
+  out[2] = __byte_perm(t1, t3, 0x5410);
+  out[3] = __byte_perm(t1, t3, 0x7632);
+}
+
 // Row `r`'s 16-byte chunk `chunk` of a shared tile, XOR-swizzled by row group
 // so that both the row-wise writes and the column-wise reads of a warp spread
 // over all banks without padding.
@@ -299,18 +313,13 @@ __global__ void __launch_bounds__(NT)
       uint32_t o[4][4];  // o[k][m]: output row 4w + k, input rows 16q + 4m...
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
-        uint32_t a[4];
+        uint32_t a[4], b[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
           a[k] = tile[(q * 16 + m * 4 + k) * TW + column];
-        const uint32_t t0 = __byte_perm(a[0], a[1], 0x5140),
-                       t1 = __byte_perm(a[0], a[1], 0x7362);
-        const uint32_t t2 = __byte_perm(a[2], a[3], 0x5140),
-                       t3 = __byte_perm(a[2], a[3], 0x7362);
-        o[0][m] = __byte_perm(t0, t2, 0x5410);
-        o[1][m] = __byte_perm(t0, t2, 0x7632);
-        o[2][m] = __byte_perm(t1, t3, 0x5410);
-        o[3][m] = __byte_perm(t1, t3, 0x7632);
+        TransposeBytes4x4(a, b);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o[k][m] = b[k];
       }
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -374,18 +383,13 @@ __global__ void __launch_bounds__(NT)
   for (int i = 0; i < TW * G / NT; ++i) {
     const int idx = threadIdx.x + i * NT, g = idx % G, w = idx / G;
     if (!full && (w >= t.cols || g * 4 >= t.rows)) continue;
-    uint32_t a[4];
+    uint32_t a[4], b[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) a[k] = tile[(g * 4 + k) * TW + (w ^ (g & 31))];
-    const uint32_t t0 = __byte_perm(a[0], a[1], 0x5140),
-                   t1 = __byte_perm(a[0], a[1], 0x7362);
-    const uint32_t t2 = __byte_perm(a[2], a[3], 0x5140),
-                   t3 = __byte_perm(a[2], a[3], 0x7362);
+    TransposeBytes4x4(a, b);
     uint32_t* row = dst + (w * 4) * out_words + g;
-    row[0] = __byte_perm(t0, t2, 0x5410);
-    row[out_words] = __byte_perm(t0, t2, 0x7632);
-    row[2 * out_words] = __byte_perm(t1, t3, 0x5410);
-    row[3 * out_words] = __byte_perm(t1, t3, 0x7632);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) row[k * out_words] = b[k];
   }
 }
 
@@ -555,8 +559,9 @@ cudaError_t LaunchTyped(Kernel kernel, const TransposeArgs& args,
                      CeilDiv(args.cols, shape.tile));
 }
 
-// Tile shapes for the vector kernel, per element size: 16 KiB tiles, 256
-// threads (for 1-byte elements, VectorTileOf).
+// Tile shapes for the vector kernel, per element size: 16 KiB tiles (8 KiB
+// for narrow 2-byte matrices), 256 threads (1-byte elements:
+// LaunchVectorBytes).
 template <typename T>
 struct VectorShape;
 template <>

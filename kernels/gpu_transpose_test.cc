@@ -213,7 +213,7 @@ INSTANTIATE_TEST_SUITE_P(
 // that take odd shapes), one partial group (3 x 2056 x 136), many small
 // matrices, and for the vector kernel's 1-byte 128 x 256 tiles a partial group
 // and partial edge tiles (2 x 4112 x 272), and for its 2-byte 64 x 64 tiles
-// partial ones in a batch (5 x 72 x 48).
+// partial ones in a batch (5 x 72 x 48) and whole ones (3 x 128 x 64).
 using TunedCase = std::tuple<internal::Kernel, internal::Tuning, size_t, Shape>;
 
 // More than 65535 tile columns: the host launches two grids, and each maps its
@@ -265,7 +265,7 @@ INSTANTIATE_TEST_SUITE_P(
                           Shape{1, 4096, 2048}, Shape{3, 2056, 136},
                           Shape{2, 129, 4095}, Shape{1, 31, 33},
                           Shape{70000, 8, 8}, Shape{2, 4112, 272},
-                          Shape{5, 72, 48})),
+                          Shape{5, 72, 48}, Shape{3, 128, 64})),
     TunedCaseName);
 
 // Whether the device and the host can hold a `bytes`-byte case: input and

@@ -164,9 +164,10 @@ struct L2Flush {
 L2Flush l2_flush;
 
 // Median milliseconds of `launch` over `reps` runs after 3 warm-ups, each run
-// from a cold L2 and stamped from when the device could start it. Each figure
-// starts from an L2 without the evict-last marks the figures before it left
-// (an evict-last load's mark outlives its kernel).
+// from a cold L2 and stamped from when the device could start it. Each run
+// starts from an L2 without the evict-last marks the runs before it left (an
+// evict-last load's mark outlives its kernel, and a normal read-through evicts
+// normal lines first, so marked input would stay for the next run).
 float Time(const std::function<void()>& launch) {
   Check(cudaDeviceSynchronize(), "synchronize");
   Check(cudaCtxResetPersistingL2Cache(), "cudaCtxResetPersistingL2Cache");
@@ -177,6 +178,7 @@ float Time(const std::function<void()>& launch) {
   Check(cudaGetLastError(), "launch");
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
+    Check(cudaCtxResetPersistingL2Cache(), "cudaCtxResetPersistingL2Cache");
     ReadThrough<<<1024, 256>>>(static_cast<const uint4*>(l2_flush.scratch),
                                l2_flush.bytes / sizeof(uint4), l2_flush.sink);
     Spin<<<1, 1>>>(100 * 1000);
@@ -204,8 +206,8 @@ int Run(const char* json_path, bool quick, const char* only) {
     }
   }
   // The other square shapes with 128 KiB rows (4 and 8 GiB each way): AUTO
-  // walks groups of tile rows for 8-byte 16384² and 16-byte 8192², and these
-  // show why not for smaller elements.
+  // walks groups of tile rows for 16-byte 8192², and these show why not for
+  // smaller elements.
   if (!quick) {
     cases.push_back({"32768^2", 4, 1, 32768, 32768});
     cases.push_back({"65536^2", 2, 1, 65536, 65536});
@@ -241,10 +243,11 @@ int Run(const char* json_path, bool quick, const char* only) {
   }
 
   // Opened now, so that a path that cannot be written fails before the run
-  // rather than after it.
+  // rather than after it; without truncating it, so that a run that fails
+  // leaves an earlier run's figures as they were.
   FILE* json_file = nullptr;
   if (json_path != nullptr) {
-    json_file = std::fopen(json_path, "w");
+    json_file = std::fopen(json_path, "a");
     if (json_file == nullptr) {
       std::fprintf(stderr, "--json=%s: %s\n", json_path, std::strerror(errno));
       return 2;
@@ -333,7 +336,12 @@ int Run(const char* json_path, bool quick, const char* only) {
         results.push_back(result);
         return;
       }
-      const float ms = Time([&] { launch(); });
+      const float ms = Time([&] {
+        if (const std::string error = launch(); !error.empty()) {
+          std::fprintf(stderr, "%s: %s\n", column.c_str(), error.c_str());
+          std::exit(1);
+        }
+      });
       result.gbps = 2.0 * bytes / ms / 1e6;
       Check(cudaMemset(out, 0xA5, bytes), "poison");
       if (const std::string error = launch(); !error.empty()) {
@@ -469,7 +477,8 @@ int Run(const char* json_path, bool quick, const char* only) {
   Check(cudaFree(l2_flush.sink), "free");
   json += "\n]\n";
   if (json_file != nullptr) {
-    if (std::fputs(json.c_str(), json_file) < 0 ||
+    json_file = std::freopen(json_path, "w", json_file);
+    if (json_file == nullptr || std::fputs(json.c_str(), json_file) < 0 ||
         std::fclose(json_file) != 0) {
       std::fprintf(stderr, "--json=%s: %s\n", json_path, std::strerror(errno));
       return 1;

@@ -59,7 +59,9 @@ class RequestAssembler {
   absl::Status Finish() const;
   // Add and Finish for a request in one message (unary), whose data is checked
   // against the declared size before the job is made: a few bytes declaring
-  // gigabytes take no admission and no buffers.
+  // gigabytes take no admission and no buffers. So a unary request of the
+  // wrong size is INVALID_ARGUMENT even where its declared size is also over
+  // the server's limits (RESOURCE_EXHAUSTED from the factory otherwise).
   absl::Status AddWhole(const RequestPart& part);
 
   // All declared bytes have arrived.

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -100,8 +101,6 @@ TEST_F(FilesTest, ReadsAPipeToItsEnd) {
   EXPECT_EQ(*read, data);
 }
 
-// Create touches nothing (a writer abandoned mid-transfer, even by a killed
-// process, leaves no trace); Commit replaces the file and leaves nothing else.
 // A pipe read in steps goes on where the last step stopped, and says when it
 // has met the end; a pipe that never ends is read no further than asked.
 TEST_F(FilesTest, AReaderTakesAPipeInSteps) {
@@ -117,6 +116,11 @@ TEST_F(FilesTest, AReaderTakesAPipeInSteps) {
     }
     close(fds[1]);
   });
+  // Joined however the test ends: a joinable thread's destructor aborts.
+  const auto join = absl::MakeCleanup([&writer, &fds] {
+    close(fds[0]);
+    writer.join();
+  });
   absl::StatusOr<FileReader> reader =
       FileReader::Open(absl::StrCat("/proc/self/fd/", fds[0]));
   ASSERT_TRUE(reader.ok()) << reader.status();
@@ -131,8 +135,6 @@ TEST_F(FilesTest, AReaderTakesAPipeInSteps) {
   ASSERT_TRUE(reader->ReadUpTo(SIZE_MAX, contents).ok());
   EXPECT_TRUE(reader->ended());
   EXPECT_EQ(contents, data);
-  writer.join();
-  close(fds[0]);
 
   absl::StatusOr<FileReader> zeros = FileReader::Open("/dev/zero");
   ASSERT_TRUE(zeros.ok()) << zeros.status();
@@ -158,6 +160,8 @@ TEST_F(FilesTest, AReaderKnowsARegularFilesSize) {
             absl::StatusCode::kNotFound);
 }
 
+// Create touches nothing (a writer abandoned mid-transfer, even by a killed
+// process, leaves no trace); Commit replaces the file and leaves nothing else.
 TEST_F(FilesTest, OnlyCommitWrites) {
   ASSERT_TRUE(WriteFile(Path("out"), {"old"}).ok());
   absl::StatusOr<FileWriter> writer = FileWriter::Create(Path("out"));
