@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -81,48 +80,59 @@ TEST_F(FilesTest, ReadErrorsNameThePathAndTheCause) {
   EXPECT_THAT(directory.status().message(), HasSubstr("is a directory"));
 }
 
-TEST_F(FilesTest, ReadsAPipeToItsEnd) {
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const std::string data(1 << 20, 'p');
-  std::thread writer([&] {
-    for (size_t at = 0; at < data.size();) {
-      const ssize_t n = write(fds[1], data.data() + at, 4096);
-      if (n <= 0) break;
-      at += n;
+// A pipe that a thread fills with `data`, 4 KiB at a time, and then closes;
+// read through its read end's path.
+class FilledPipe {
+ public:
+  explicit FilledPipe(std::string data) : data_(std::move(data)) {
+    if (pipe(fds_) != 0) {
+      ADD_FAILURE() << "pipe() failed";
+      return;
     }
-    close(fds[1]);
-  });
-  absl::StatusOr<std::string> read =
-      ReadFile(absl::StrCat("/proc/self/fd/", fds[0]));
-  writer.join();
-  close(fds[0]);
+    writer_ = std::thread([this] {
+      // A reader that stops early (a failed assertion) makes the writes fail
+      // with EPIPE instead of killing the test.
+      sigset_t pipe_signal;
+      sigemptyset(&pipe_signal);
+      sigaddset(&pipe_signal, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+      for (size_t at = 0; at < data_.size();) {
+        const ssize_t n = write(fds_[1], data_.data() + at, 4096);
+        if (n <= 0) break;
+        at += n;
+      }
+      close(fds_[1]);
+    });
+  }
+  ~FilledPipe() {
+    close(fds_[0]);
+    if (writer_.joinable()) writer_.join();
+  }
+  std::string path() const { return absl::StrCat("/proc/self/fd/", fds_[0]); }
+  const std::string& data() const { return data_; }
+
+ private:
+  const std::string data_;
+  int fds_[2] = {-1, -1};
+  std::thread writer_;
+};
+
+TEST_F(FilesTest, ReadsAPipeToItsEnd) {
+  const FilledPipe filled(std::string(1 << 20, 'p'));
+  absl::StatusOr<std::string> read = ReadFile(filled.path());
   ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(*read, data);
+  EXPECT_EQ(*read, filled.data());
 }
 
 // A pipe read in steps goes on where the last step stopped, and says when it
 // has met the end; a pipe that never ends is read no further than asked.
 TEST_F(FilesTest, AReaderTakesAPipeInSteps) {
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  std::string data(300 << 10, '\0');
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i % 251);
-  std::thread writer([&] {
-    for (size_t at = 0; at < data.size();) {
-      const ssize_t n = write(fds[1], data.data() + at, 4096);
-      if (n <= 0) break;
-      at += n;
-    }
-    close(fds[1]);
-  });
-  // Joined however the test ends: a joinable thread's destructor aborts.
-  const auto join = absl::MakeCleanup([&writer, &fds] {
-    close(fds[0]);
-    writer.join();
-  });
-  absl::StatusOr<FileReader> reader =
-      FileReader::Open(absl::StrCat("/proc/self/fd/", fds[0]));
+  std::string bytes(300 << 10, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>(i % 251);
+  const FilledPipe filled(bytes);
+  const std::string& data = filled.data();
+  absl::StatusOr<FileReader> reader = FileReader::Open(filled.path());
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ(reader->regular_size(), std::nullopt);
   std::string contents;
