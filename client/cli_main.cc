@@ -474,8 +474,113 @@ int ReadLayout(const std::string& in_path, absl::string_view start,
   return 0;
 }
 
-// One known command, and only the flags it and every command take. Checked
-// before a command runs, and by --only_check_args.
+// The transpose command's flags, checked before any file is opened.
+struct TransposeOptions {
+  std::string in_path, out_path;
+  bool npy_out = false;
+  std::optional<DataType> dtype;  // For raw input; .npy input names its own.
+  kernels::Algorithm algorithm;
+};
+
+absl::StatusOr<kernels::Algorithm> AlgorithmFromFlag() {
+  std::optional<kernels::Algorithm> algorithm =
+      ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
+  if (!algorithm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--algorithm=", absl::GetFlag(FLAGS_algorithm), " is unknown"));
+  }
+  return *algorithm;
+}
+
+absl::StatusOr<std::optional<DataType>> DataTypeFromFlag() {
+  const std::string name = absl::GetFlag(FLAGS_dtype);
+  if (name.empty()) return std::nullopt;
+  std::optional<DataType> dtype = DataTypeFromName(name);
+  if (!dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype=", name, " is unknown"));
+  }
+  return dtype;
+}
+
+absl::StatusOr<TransposeOptions> TransposeOptionsFromFlags() {
+  TransposeOptions options;
+  // "-": standard input and output, as shell tools take it.
+  const auto path_of = [](std::string flag, const char* standard) {
+    return flag == "-" ? std::string(standard) : flag;
+  };
+  options.in_path = path_of(absl::GetFlag(FLAGS_in), "/dev/stdin");
+  options.out_path = path_of(absl::GetFlag(FLAGS_out), "/dev/stdout");
+  if (options.in_path.empty() || options.out_path.empty())
+    return absl::InvalidArgumentError("transpose needs --in and --out");
+  const std::string out_format = absl::GetFlag(FLAGS_out_format);
+  if (!out_format.empty() && out_format != "npy" && out_format != "raw") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out_format=", out_format, ": expected npy or raw"));
+  }
+  options.npy_out = out_format.empty()
+                        ? absl::EndsWithIgnoreCase(options.out_path, ".npy")
+                        : out_format == "npy";
+  absl::StatusOr<std::optional<DataType>> dtype = DataTypeFromFlag();
+  if (!dtype.ok()) return dtype.status();
+  options.dtype = *dtype;
+  absl::StatusOr<kernels::Algorithm> algorithm = AlgorithmFromFlag();
+  if (!algorithm.ok()) return algorithm.status();
+  options.algorithm = *algorithm;
+  return options;
+}
+
+// The bench command's flags; the caller adds the canceller.
+absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
+  BenchOptions options;
+  options.concurrency = absl::GetFlag(FLAGS_concurrency);
+  options.count = absl::GetFlag(FLAGS_count);
+  if (const std::optional<absl::Duration> duration =
+          absl::GetFlag(FLAGS_duration);
+      duration.has_value()) {
+    if (options.count > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--count=", options.count, " and --duration=",
+          absl::FormatDuration(*duration), " contradict each other: give one"));
+    }
+    options.duration = *duration;
+  }
+  options.verify = absl::GetFlag(FLAGS_verify);
+  options.call.force_stream = absl::GetFlag(FLAGS_stream);
+  options.call.timeout = Deadline(/*quick_call=*/false);
+  absl::StatusOr<std::optional<DataType>> dtype = DataTypeFromFlag();
+  if (!dtype.ok()) return dtype.status();
+  if (dtype->has_value()) options.dtype = **dtype;
+  absl::StatusOr<kernels::Algorithm> algorithm = AlgorithmFromFlag();
+  if (!algorithm.ok()) return algorithm.status();
+  options.call.algorithm = *algorithm;
+  std::vector<uint64_t> dims;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_shape), 'x')) {
+    uint64_t dim;
+    if (!absl::SimpleAtoi(part, &dim)) {
+      dims.clear();
+      break;
+    }
+    dims.push_back(dim);
+  }
+  if (dims.size() == 2) {
+    options.shape = {1, dims[0], dims[1]};
+  } else if (dims.size() == 3) {
+    options.shape = {dims[0], dims[1], dims[2]};
+  } else {
+    return absl::InvalidArgumentError(
+        "--shape must be ROWSxCOLS or BATCHxROWSxCOLS");
+  }
+  if (absl::Status checked = CheckBenchOptions(options); !checked.ok()) {
+    return checked;
+  }
+  return options;
+}
+
+// One known command, only the flags it and every command take, and their
+// values as far as they can be checked without the network or the input
+// file. Checked before a command runs, and by --only_check_args.
 absl::Status CheckArgs(const std::vector<char*>& positional) {
   if (positional.size() != 2) {
     return absl::InvalidArgumentError(
@@ -494,38 +599,19 @@ absl::Status CheckArgs(const std::vector<char*>& positional) {
       !error.empty()) {
     return absl::InvalidArgumentError(error);
   }
+  if (command == "transpose") return TransposeOptionsFromFlags().status();
+  if (command == "bench") return BenchOptionsFromFlags().status();
   return absl::OkStatus();
 }
 
 int RunTranspose() {
-  // "-": standard input and output, as shell tools take it.
-  const auto path_of = [](std::string flag, const char* standard) {
-    return flag == "-" ? std::string(standard) : flag;
-  };
-  const std::string in_path = path_of(absl::GetFlag(FLAGS_in), "/dev/stdin");
-  const std::string out_path = path_of(absl::GetFlag(FLAGS_out), "/dev/stdout");
-  if (in_path.empty() || out_path.empty())
-    return Usage("transpose needs --in and --out");
-  const std::string out_format = absl::GetFlag(FLAGS_out_format);
-  if (!out_format.empty() && out_format != "npy" && out_format != "raw") {
-    return Usage(
-        absl::StrCat("--out_format=", out_format, ": expected npy or raw"));
-  }
-  const bool npy_out = out_format.empty()
-                           ? absl::EndsWithIgnoreCase(out_path, ".npy")
-                           : out_format == "npy";
-  std::optional<DataType> dtype;
-  if (!absl::GetFlag(FLAGS_dtype).empty()) {
-    dtype = DataTypeFromName(absl::GetFlag(FLAGS_dtype));
-    if (!dtype)
-      return Usage(
-          absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype), " is unknown"));
-  }
-  std::optional<kernels::Algorithm> algorithm =
-      ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
-  if (!algorithm)
-    return Usage(absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm),
-                              " is unknown"));
+  absl::StatusOr<TransposeOptions> options = TransposeOptionsFromFlags();
+  if (!options.ok()) return Usage(std::string(options.status().message()));
+  const std::string& in_path = options->in_path;
+  const std::string& out_path = options->out_path;
+  const bool npy_out = options->npy_out;
+  const std::optional<DataType> dtype = options->dtype;
+  const kernels::Algorithm algorithm = options->algorithm;
 
   // Before the input is read, so that an unwritable --out fails at once.
   absl::StatusOr<FileWriter> output = FileWriter::Create(out_path);
@@ -666,7 +752,7 @@ int RunTranspose() {
   ProgressBar bar(absl::GetFlag(FLAGS_progress) &&
                   ProgressBar::StderrIsTerminal());
   CallOptions call;
-  call.algorithm = *algorithm;
+  call.algorithm = algorithm;
   call.force_stream = absl::GetFlag(FLAGS_stream);
   call.on_progress = [&bar](const TransferProgress& p) { bar.Update(p); };
   const absl::Time start = absl::Now();
@@ -794,56 +880,10 @@ int RunBenchCommand() {
   // report; before and after, Ctrl-C ends the process as usual.
   CallCanceller stop;
   StopOnSignal stop_on_signal(stop);
-  BenchOptions options;
+  absl::StatusOr<BenchOptions> parsed = BenchOptionsFromFlags();
+  if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+  BenchOptions options = *std::move(parsed);
   options.call.canceller = &stop;
-  options.concurrency = absl::GetFlag(FLAGS_concurrency);
-  options.count = absl::GetFlag(FLAGS_count);
-  if (const std::optional<absl::Duration> duration =
-          absl::GetFlag(FLAGS_duration);
-      duration.has_value()) {
-    if (options.count > 0) {
-      return Usage(absl::StrCat("--count=", options.count, " and --duration=",
-                                absl::FormatDuration(*duration),
-                                " contradict each other: give one"));
-    }
-    options.duration = *duration;
-  }
-  options.verify = absl::GetFlag(FLAGS_verify);
-  options.call.force_stream = absl::GetFlag(FLAGS_stream);
-  options.call.timeout = Deadline(/*quick_call=*/false);
-  if (!absl::GetFlag(FLAGS_dtype).empty()) {
-    std::optional<DataType> dtype =
-        DataTypeFromName(absl::GetFlag(FLAGS_dtype));
-    if (!dtype)
-      return Usage(
-          absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype), " is unknown"));
-    options.dtype = *dtype;
-  }
-  std::optional<kernels::Algorithm> algorithm =
-      ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
-  if (!algorithm)
-    return Usage(absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm),
-                              " is unknown"));
-  options.call.algorithm = *algorithm;
-  std::vector<uint64_t> dims;
-  for (absl::string_view part :
-       absl::StrSplit(absl::GetFlag(FLAGS_shape), 'x')) {
-    uint64_t dim;
-    if (!absl::SimpleAtoi(part, &dim))
-      return Usage("--shape must be ROWSxCOLS or BATCHxROWSxCOLS");
-    dims.push_back(dim);
-  }
-  if (dims.size() == 2) {
-    options.shape = {1, dims[0], dims[1]};
-  } else if (dims.size() == 3) {
-    options.shape = {dims[0], dims[1], dims[2]};
-  } else {
-    return Usage("--shape must be ROWSxCOLS or BATCHxROWSxCOLS");
-  }
-
-  if (absl::Status checked = CheckBenchOptions(options); !checked.ok()) {
-    return Usage(std::string(checked.message()));
-  }
 
   absl::StatusOr<std::unique_ptr<Client>> client =
       MakeClient(/*default_attempts=*/1);

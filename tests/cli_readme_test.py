@@ -354,16 +354,36 @@ class CliReadmeTest(unittest.TestCase):
             self.assertEqual(result.returncode, 2, f"{args}: {result.stderr}")
             self.assertIn(message, result.stderr, args)
         self.assertFalse(os.path.exists(self.path("x.npy")))
-        # --only_check_args checks the command and the flags every command takes, as a run does,
-        # without running it (it used to exit 0 whatever the command).
+        # --only_check_args checks the command, the flags every command takes and the command's
+        # own flags' values, as a run does, without running it (it used to exit 0 whatever the
+        # command, then to pass a transpose or bench flag it does not know the value of).
+        in_out = [f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}"]
         for args, message in ((["frobnicate"], "unknown command 'frobnicate'"),
                               ([], "expected one command"),
                               (["health", "--count=5"], "--count is for bench, not health"),
-                              (["--connections=0", "info"], "--connections=0: expected 1 to 64")):
+                              (["--connections=0", "info"], "--connections=0: expected 1 to 64"),
+                              (["transpose", f"--in={self.path('m.npy')}"],
+                               "transpose needs --in and --out"),
+                              (["transpose", *in_out, "--dtype=float128"],
+                               "--dtype=float128 is unknown"),
+                              (["transpose", *in_out, "--algorithm=fastest"],
+                               "--algorithm=fastest is unknown"),
+                              (["transpose", *in_out, "--out_format=csv"],
+                               "--out_format=csv: expected npy or raw"),
+                              (["bench", "--shape=64"], "--shape must be ROWSxCOLS"),
+                              (["bench", "--shape=64xx64"], "--shape must be ROWSxCOLS"),
+                              (["bench", "--count=3", "--duration=1s"],
+                               "contradict each other"),
+                              (["bench", "--concurrency=0"], "--concurrency")):
             result = self.cli("--only_check_args", *args, check=False)
             self.assertEqual(result.returncode, 2, f"{args}: {result.stderr}")
             self.assertIn(message, result.stderr, args)
         self.cli("--only_check_args", "info")
+        self.cli("--only_check_args", "bench", "--shape=2x64x64", "--dtype=uint8", "--count=3")
+        # Nothing is opened or written: the input need not exist yet.
+        self.cli("--only_check_args", "transpose", f"--in={self.path('later.npy')}",
+                 f"--out={self.path('x.npy')}", "--dtype=float64")
+        self.assertFalse(os.path.exists(self.path("x.npy")))
         # Shape flags that agree with the file are fine.
         self.cli("transpose", f"--in={self.path('m.npy')}", f"--out={self.path('x.npy')}",
                  "--rows=3", "--cols=4", "--batch=1")
