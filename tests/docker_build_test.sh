@@ -51,12 +51,19 @@ port=$(sed -n 's/^listening on .*://p' "$out")
 [[ -n "$port" ]] || { echo "FAIL: staged server did not start"; cat "$stage/server.err"; exit 1; }
 health=$("$stage/opt/transpose/bin/transpose" --server="127.0.0.1:$port" --deadline=5s health)
 [[ "$health" == "SERVING" ]] || { echo "FAIL: health said '$health'"; exit 1; }
-# The image's HEALTHCHECK, told where this server listens, passes; at the image's default address,
-# where nothing listens here, it fails with 1 (Docker reserves the CLI's 3 for no answer).
+# The image's HEALTHCHECK, told where this server listens, passes; where no server listens (a
+# loopback port held bound and not listening, so that nothing else can take it meanwhile) it fails
+# with 1 (Docker reserves the CLI's 3 for no answer).
 TRANSPOSE_HEALTH_SERVER="127.0.0.1:$port" "$stage/opt/transpose/bin/transpose_healthcheck" ||
   { echo "FAIL: transpose_healthcheck failed against the staged server"; exit 1; }
-rc=0
-TRANSPOSE_HEALTH_SERVER="127.0.0.1:1" "$stage/opt/transpose/bin/transpose_healthcheck" \
-  >/dev/null 2>&1 || rc=$?
+rc=$(python3 - "$stage/opt/transpose/bin/transpose_healthcheck" <<'EOF'
+import os, socket, subprocess, sys
+with socket.socket() as refused:
+    refused.bind(("127.0.0.1", 0))
+    env = dict(os.environ, TRANSPOSE_HEALTH_SERVER="127.0.0.1:%d" % refused.getsockname()[1])
+    print(subprocess.run(sys.argv[1:], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL).returncode)
+EOF
+)
 [[ $rc == 1 ]] || { echo "FAIL: transpose_healthcheck with no server exited $rc, not 1"; exit 1; }
 echo "PASS: staged $(ls "$stage/opt/transpose/lib" | wc -l) libraries; staged server SERVING"
