@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,10 +45,11 @@ CONTRACT = {
 }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def listening_address(log_path):
+    """Where Prometheus, started on port 0, listens, from its log's "Listening on" line."""
+    with open(log_path) as f:
+        match = re.search(r'msg="Listening on" address=(127\.0\.0\.1:[1-9][0-9]*)', f.read())
+    return match.group(1) if match else None
 
 
 def get(url, timeout=10):
@@ -117,13 +117,17 @@ class ObservabilityTest(unittest.TestCase):
         config_path = os.path.join(cls.tmp.name, "prometheus.yml")
         with open(config_path, "w") as f:
             yaml.safe_dump(config, f)
-        cls.prometheus_url = f"http://127.0.0.1:{free_port()}"
-        cls.prometheus = subprocess.Popen(
-            ["prometheus", f"--config.file={config_path}",
-             f"--storage.tsdb.path={os.path.join(cls.tmp.name, 'tsdb')}",
-             f"--web.listen-address={cls.prometheus_url[len('http://'):]}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # On port 0, so that no other process can take its port between a choice and its start.
+        prometheus_log = os.path.join(cls.tmp.name, "prometheus.log")
+        with open(prometheus_log, "w") as log:
+            cls.prometheus = subprocess.Popen(
+                ["prometheus", f"--config.file={config_path}",
+                 f"--storage.tsdb.path={os.path.join(cls.tmp.name, 'tsdb')}",
+                 "--web.listen-address=127.0.0.1:0"],
+                stdout=subprocess.DEVNULL, stderr=log)
         cls.addClassCleanup(cls.prometheus.kill)
+        wait_for(lambda: listening_address(prometheus_log), 60, "Prometheus to listen")
+        cls.prometheus_url = "http://" + listening_address(prometheus_log)
         wait_for(lambda: "Ready" in get(cls.prometheus_url + "/-/ready"), 60, "Prometheus ready")
         # Prometheus applies new targets a few seconds after start; load before its first
         # scrape would show as no change at all.
