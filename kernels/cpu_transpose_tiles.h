@@ -13,6 +13,11 @@
 #include "kernels/transpose_args.h"
 
 namespace transpose::kernels::internal {
+// Each including file compiles its own copy of everything up to the entry
+// points, with its own instruction set (-mavx2, -mavx512f or neither): with
+// external linkage the copies would share names, and the linker would keep one
+// of them for every file, perhaps one built for instructions this CPU lacks.
+namespace {
 
 struct alignas(16) Element16 {
   uint64_t lo, hi;
@@ -332,6 +337,8 @@ struct ScalarMicro {
   }
   static void Fence() {}
 };
+
+}  // namespace
 
 // The portable build's entry point.
 void TransposePortable(const TransposeArgs& args, const RowRange& range,
