@@ -1,5 +1,7 @@
 #include "kernels/cpu_transpose.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -309,6 +311,36 @@ TEST(CpuTransposeTest, ParallelMemcpyCopiesEverything) {
     src[i] = static_cast<uint8_t>(i * 7 + 1);
   ParallelMemcpy(dst.data(), src.data(), src.size(), 3);
   EXPECT_EQ(dst, src);
+}
+
+TEST(CpuTransposeTest, CoresFromCpuMaxRoundsQuotasUp) {
+  EXPECT_EQ(internal::CoresFromCpuMax("max 100000\n"), std::nullopt);
+  EXPECT_EQ(internal::CoresFromCpuMax("400000 100000\n"), 4);
+  EXPECT_EQ(internal::CoresFromCpuMax("150000 100000"), 2);
+  EXPECT_EQ(internal::CoresFromCpuMax("50000 100000"), 1);
+  EXPECT_EQ(internal::CoresFromCpuMax("0 100000"), std::nullopt);
+  EXPECT_EQ(internal::CoresFromCpuMax(""), std::nullopt);
+  EXPECT_EQ(internal::CoresFromCpuMax("100000"), std::nullopt);
+  EXPECT_EQ(internal::CoresFromCpuMax("lots 100000"), std::nullopt);
+}
+
+// A process pinned to one core (taskset -c 0, a container's cpuset) counts
+// one, not the machine's cores.
+TEST(CpuTransposeTest, UsableCoresFollowTheAffinity) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  EXPECT_GE(internal::CountUsableCores(), 1);
+  EXPECT_LE(internal::CountUsableCores(), CPU_COUNT(&all));
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const int pinned = internal::CountUsableCores();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  EXPECT_EQ(pinned, 1);
+  EXPECT_EQ(CpuThreads(3), 3);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "kernels/cpu_transpose.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "proto/convert.h"
@@ -64,9 +65,10 @@ ABSL_FLAG(std::string, backend, "auto",
           "auto (every GPU if there is one, else the CPU), cuda or cpu.");
 ABSL_FLAG(int, streams_per_device, 4,
           "CUDA streams (concurrent requests) per GPU (0 counts as 1); CPU "
-          "workers for the cpu backend (0: one per core).");
+          "workers for the cpu backend (0: one per usable core: the CPU "
+          "affinity's, within the cgroup's CPU limit).");
 ABSL_FLAG(int, cpu_threads, 0,
-          "Threads one CPU transpose uses (0: one per core).");
+          "Threads one CPU transpose uses (0: one per usable core).");
 ABSL_FLAG(
     uint64_t, max_message_bytes, uint64_t{64} << 20,
     "Largest data in one message, in bytes: a unary Transpose matrix, or one "
@@ -357,7 +359,7 @@ absl::Status CheckFlags() {
   // stream per device instead.)
   if (backend == "cpu" || (backend == "auto" && CudaDeviceCount() == 0)) {
     constexpr int64_t kMaxCpuThreads = 4096;
-    const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+    const int64_t cores = kernels::UsableCores();
     const int streams = absl::GetFlag(FLAGS_streams_per_device);
     const int cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
     const int64_t threads = (streams == 0 ? cores : streams) *
@@ -366,7 +368,7 @@ absl::Status CheckFlags() {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--streams_per_device=%d (CPU workers) with --cpu_threads=%d each: "
           "%d transpose threads; expected at most %d together (0 counts one "
-          "per core, %d here)",
+          "per usable core, %d here)",
           streams, cpu_threads, threads, kMaxCpuThreads, cores));
     }
   }
