@@ -109,27 +109,30 @@ Kernel AutoKernel(const TransposeArgs& args) {
   }
 }
 
-// AUTO's tuning, from transpose_bench on the H200 (docs/BENCHMARKS.md, attempt
-// 28; docs/results/transpose_bench_h200_2026-12-02.md, each run timed from an
-// L2 holding none of its data), against the default column-major walk with
-// plain loads:
+// AUTO's tuning, from transpose_bench on the H200 (docs/BENCHMARKS.md,
+// attempts 28 and 30; docs/results/transpose_bench_h200_2026-12-02.md, each
+// run timed from an L2 holding none of its data), against the default
+// column-major walk with plain loads:
 // - Evict-last input for the vector kernel and padded_64x8 from a 64 MiB
-//   matrix: 1.5 to 2.2 points more at 64 MiB (4-byte 4096² 97.9-98.2 ->
-//   99.5-100.0%, 1-byte 8192² 95.5-95.6 -> 97.5-97.6%, 4-byte 4096 x (64 x 64)
-//   99.4-100.1 -> 101.6-102.3%), up to 2.6 from 128 MiB up (2-byte 8192² and
-//   16384²), within half a point at 32 MiB. (The older timing let each run's
-//   dirty output lines spill into the next, and put the threshold at 128 MiB.)
+//   matrix: 1.4 to 2.5 points more from 64 MiB up (4-byte 4096² 96.9 ->
+//   99.0%, 1-byte 8192² 95.3 -> 96.8%, 2-byte 8192² 95.0 -> 96.5%, 4-byte
+//   4096 x (64 x 64) 98.8 -> 101.3%), -0.5 to +1.3 at 32 MiB (2-byte 4096²
+//   gained 1.3 in one run and nothing in another). (The older timing let each
+//   run's dirty output lines spill into the next, and put the threshold at
+//   128 MiB.)
 //   Not measured for 1-byte elements on other kernels; the word kernel gained
 //   nothing from it.
 // - Groups of tile rows for 16-byte elements where input and output rows are
 //   both 128 KiB long (8192²): narrow column bands of such rows read 7-11%
 //   slower than wide ones (attempts 14 and 15), and the groups' wider read
-//   bands gain more than their shorter write runs cost: 96.0% against
-//   92.9-93.0% for evict-last alone. 8-byte 16384², whose rows are 128 KiB
-//   too, reads within 0.2 points either way in full runs (94.6% with groups,
-//   94.4% without) and 96.9-97.0% without them run alone, against 94.4% with
-//   them, so it walks whole tile columns. Everywhere else the groups lose 0.6
-//   to 14 points.
+//   bands gain more than their shorter write runs cost: 96.2% against 93.2%
+//   for evict-last alone. 8-byte 16384², whose rows are 128 KiB too, reads
+//   within 0.2 points either way in full runs (94.6% with groups, 94.5%
+//   without) and, in the twenty-fourth session's runs, 96.9-97.0% without
+//   them run alone, against 94.4% with them, so it walks whole tile columns.
+//   Elsewhere the groups lose up to 14 points, or gain under half a point
+//   (2-byte 16 x 2048² and 4096 x (64 x 64) in one run, after losing 2 in
+//   another).
 Tuning AutoTuning(Kernel kernel, const TransposeArgs& args) {
   Tuning tuning;
   // Measured for 1-byte elements on the vector kernel only.

@@ -189,12 +189,25 @@ __device__ __forceinline__ uint4 Pack(const Element16 (&e)[1]) {
       static_cast<uint32_t>(e[0].hi), static_cast<uint32_t>(e[0].hi >> 32));
 }
 
+// P adjacent elements of a tile row, read from shared memory in one load.
+template <typename T, int P>
+struct alignas(P * sizeof(T)) Adjacent {
+  T e[P];
+};
+
 // 16-byte global loads and stores both ways for 2-, 4-, 8- and 16-byte
 // elements: a thread loads 16-byte chunks of input rows, and stores 16-byte
 // chunks of output rows gathered from E = 16 / S input rows, so a warp moves
 // 512 bytes per instruction either way, and 2-byte elements no longer cost a
-// global instruction each. Needs rows and columns whose byte lengths are
-// multiples of 16.
+// global instruction each. For each of its E rows a thread reads P adjacent
+// elements in one shared load and stores the P output chunks they make:
+// 2-byte elements go in pairs (4-byte loads), so 8 shared loads make two
+// chunks instead of one; with a load per element that kernel read 89% of
+// memcpy at 4096² and 94% at 8192² on the H200, with pairs 96-99% and
+// 96-98% (docs/BENCHMARKS.md, attempt 30). A warp stores 32 chunks: B = 32 P /
+// E chunks of each of E / P output rows per instruction (128 bytes of 4 rows
+// for 2- and 4-byte elements, 256 of 2 for 8-byte, 512 of 1 for 16-byte). Needs
+// rows and columns whose byte lengths are multiples of 16.
 template <typename T, int TR, int TC, int NT, int kGroup = 0,
           bool kEvictLast = false>
 __global__ void __launch_bounds__(NT)
@@ -202,15 +215,16 @@ __global__ void __launch_bounds__(NT)
                     uint64_t rows, uint64_t cols, uint64_t col_tile0,
                     uint64_t batch0) {
   constexpr int S = sizeof(T);
-  constexpr int E = 16 / S;        // Elements per chunk.
-  constexpr int CH = TC / E;       // Chunks per tile row.
-  constexpr int NV_IN = TR * CH;   // Input chunks per tile.
-  constexpr int QN = TR / E;       // Output chunks per output tile row.
-  constexpr int NV_OUT = TC * QN;  // Output chunks per tile.
-  constexpr int A = E,
-                B = 32 / E;  // A warp writes A output rows x B chunks of each.
-  static_assert(NV_IN % NT == 0 && NV_OUT % NT == 0 && QN % B == 0 &&
-                TC % A == 0);
+  constexpr int E = 16 / S;             // Elements per chunk.
+  constexpr int CH = TC / E;            // Chunks per tile row.
+  constexpr int NV_IN = TR * CH;        // Input chunks per tile.
+  constexpr int QN = TR / E;            // Output chunks per output tile row.
+  constexpr int P = S == 2 ? 2 : 1;     // Adjacent elements per shared load.
+  constexpr int JG = TC / P;            // Groups of P output rows.
+  constexpr int NV_OUT = QN * JG / NT;  // Units of P output chunks per thread.
+  constexpr int A = E / P, B = 32 / A;  // A warp: A row groups x B chunks.
+  static_assert(NV_IN % NT == 0 && (QN * JG) % NT == 0 && QN % B == 0 &&
+                JG % A == 0);
   __shared__ __align__(16) uint4 tile[TR * CH];
   T* const elements = reinterpret_cast<T*>(tile);
   const Tile t = LocateTile<TR, TC, kGroup>(rows, cols, col_tile0, batch0);
@@ -232,19 +246,30 @@ __global__ void __launch_bounds__(NT)
     }
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < NV_OUT / NT; ++i) {
-      const int idx = threadIdx.x + i * NT, rest = idx / 32;
-      const int j = (rest % (TC / A)) * A + idx % A;
-      const int q = (rest / (TC / A)) * B + (idx / A) % B;
-      T e[E];
+    for (int i = 0; i < NV_OUT; ++i) {
+      // Lanes: A groups of P output rows, then B chunks along them. (A
+      // half-warp's 8-byte shared loads then fall on 16 different 8-byte
+      // bank pairs.)
+      const int unit = threadIdx.x + i * NT, rest = unit / 32;
+      const int j0 = ((rest % (JG / A)) * A + unit % A) * P;
+      const int q = (rest / (JG / A)) * B + (unit / A) % B;
+      Adjacent<T, P> a[E];
 #pragma unroll
       for (int k = 0; k < E; ++k) {
         const int r = q * E + k;
-        e[k] = elements[(r * CH + SwizzledChunk<E>(r, j / E)) * E + j % E];
+        a[k] = *reinterpret_cast<const Adjacent<T, P>*>(
+            elements + (r * CH + SwizzledChunk<E>(r, j0 / E)) * E + j0 % E);
       }
-      // An explicit 16-byte store: the compiler cannot prove the address
-      // aligned and would otherwise split it into E narrow stores.
-      __stwb(reinterpret_cast<uint4*>(dst + j * rows + q * E), Pack(e));
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        T e[E];
+#pragma unroll
+        for (int k = 0; k < E; ++k) e[k] = a[k].e[p];
+        // An explicit 16-byte store: the compiler cannot prove the address
+        // aligned and would otherwise split it into E narrow stores.
+        __stwb(reinterpret_cast<uint4*>(dst + (j0 + p) * rows + q * E),
+               Pack(e));
+      }
     }
   } else {
     for (int idx = threadIdx.x; idx < TR * TC; idx += NT) {
