@@ -203,6 +203,32 @@ TEST_P(TiledBuildTest, MatchesReference) {
   }
 }
 
+// Outputs of 8 MiB and more that start on a 64-byte line, with output rows
+// of whole lines, take each build's streaming (cache-bypassing) stores;
+// std::vector's large blocks start 16 bytes past a page, so the tests above
+// never do. Two batch entries, and columns past the last whole block, so the
+// edges run on the same path.
+TEST_P(TiledBuildTest, StreamingStoresMatchReference) {
+  std::mt19937 rng(13);
+  for (size_t size : {1, 2, 4, 8, 16}) {
+    const uint64_t rows = 512;  // rows * size: whole 64-byte lines.
+    const Case c{2, rows, (uint64_t{8} << 20) / (2 * rows * size) + 3};
+    const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
+    std::vector<uint8_t> storage(in.size() + 64, 0xA5);
+    uint8_t* const out =
+        storage.data() +
+        (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
+    const TransposeArgs args{size, c.batch, c.rows, c.cols, in.data(), out};
+    ASSERT_GE(args.bytes(), uint64_t{8} << 20);
+    if (!Takes(args)) continue;
+    Run(args, {0, c.batch * c.rows}, 2, {});
+    EXPECT_TRUE(
+        std::equal(out, out + in.size(),
+                   Reference(in, size, c.batch, c.rows, c.cols).begin()))
+        << size << "-byte";
+  }
+}
+
 // Each build given only the pieces of the input that its row ranges need, the
 // ranges in any order.
 TEST_P(TiledBuildTest, RowRangesFromPiecesMatchReference) {
