@@ -5,7 +5,9 @@
 #include <condition_variable>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,15 +84,21 @@ class CpuBackend::Job final : public TransposeJob {
     stats_.algorithm = kKernelName;
   }
 
-  // Bands in flight use the buffers: wait for them (a cancelled upload can
+  // Bands running use the buffers: wait for them (a cancelled upload can
   // leave some running). Those still queued, maybe behind other jobs' bands,
-  // find the job abandoned and return at once: nobody reads their rows, and
-  // this runs on a transport thread that must not wait out the queue.
+  // find the job abandoned when their turn comes and end without touching it:
+  // nobody reads their rows, and this runs on a transport thread that must
+  // not wait out the queue.
   ~Job() override {
-    abandoned_.store(true, std::memory_order_relaxed);
+    // The queued bands' pieces go with the job (after the lock): once it is
+    // gone, nothing of the transport's is held.
+    std::map<uint64_t, std::vector<HeldPiece>> dropped;
     {
       std::unique_lock<std::mutex> lock(bands_->mutex);
-      bands_->idle_changed.wait(lock, [this] { return bands_->idle; });
+      bands_->abandoned = true;
+      dropped.swap(bands_->queued_pieces);
+      bands_->running_changed.wait(lock,
+                                   [this] { return bands_->running == 0; });
     }
     input_.Reset();
     output_.Reset();
@@ -123,6 +131,7 @@ class CpuBackend::Job final : public TransposeJob {
       // Small: run here, a hand-off would cost more than the transpose.
       AddBand(/*last=*/true);
       scheduled_rows_ = total_rows;
+      StartBand(/*last=*/true);
       RunBand({0, total_rows}, TakePiecesBefore(total_rows));
     } else if (scheduled_rows_ < total_rows) {
       Schedule(total_rows, /*last=*/true);
@@ -144,9 +153,14 @@ class CpuBackend::Job final : public TransposeJob {
 
   // What the bands share, outliving the job while a band still holds it.
   struct Bands {
-    // Guards the fields below; idle_changed signals `idle`.
+    // Guards the fields below; running_changed signals `running` reaching 0.
     std::mutex mutex;
-    std::condition_variable idle_changed;
+    std::condition_variable running_changed;
+    // Set as the job is destroyed, with no Run to come or after it is done:
+    // bands that have not started then never start.
+    bool abandoned = false;
+    // The pieces each queued band will read, by its first row.
+    std::map<uint64_t, std::vector<HeldPiece>> queued_pieces;
     int pending = 0;
     bool last_added = false;
     // When the band with the matrix's last rows started (it may start before
@@ -158,7 +172,6 @@ class CpuBackend::Job final : public TransposeJob {
     int running = 0;
     absl::Time running_since;
     absl::Status status;
-    bool idle = true;
   };
 
   // Hands the whole rows received so far to workers, in bands of about
@@ -186,7 +199,6 @@ class CpuBackend::Job final : public TransposeJob {
   void AddBand(bool last) {
     std::lock_guard<std::mutex> lock(bands_->mutex);
     ++bands_->pending;
-    bands_->idle = false;
     bands_->last_added |= last;
   }
 
@@ -207,39 +219,60 @@ class CpuBackend::Job final : public TransposeJob {
     return held;
   }
 
-  // Schedules rows [scheduled_rows_, end) on a worker.
+  // Schedules rows [scheduled_rows_, end) on a worker. The task holds the
+  // Bands as well as the job, and its pieces are kept there: it reads
+  // `abandoned` before it touches the job, which may be gone by then, and the
+  // job's destruction lets go of the pieces of bands still queued.
   void Schedule(uint64_t end, bool last) {
     const kernels::RowRange range{scheduled_rows_, end};
     scheduled_rows_ = end;
     AddBand(last);
-    backend_.workers_.Schedule(
-        [this, range, held = TakePiecesBefore(end)]() mutable {
-          RunBand(range, std::move(held));
-        });
+    const bool last_rows = end == args_.batch * args_.rows;
+    std::vector<HeldPiece> held = TakePiecesBefore(end);
+    {
+      std::lock_guard<std::mutex> lock(bands_->mutex);
+      bands_->queued_pieces.emplace(range.first, std::move(held));
+    }
+    backend_.workers_.Schedule([this, bands = bands_, range, last_rows] {
+      std::optional<std::vector<HeldPiece>> pieces =
+          StartQueuedBand(*bands, range.first, last_rows);
+      if (pieces.has_value()) RunBand(range, *std::move(pieces));
+    });
   }
 
+  // Transposes a started band's rows, and finishes it.
   void RunBand(kernels::RowRange range, std::vector<HeldPiece> held) {
-    if (abandoned_.load(std::memory_order_relaxed)) {
-      held.clear();
-      StartBand(/*last=*/false);
-      FinishBand(absl::CancelledError("the job was abandoned"));
-      return;
-    }
     Metrics::BackendSeries& series = *backend_.series_;
     series.busy_streams->Increment();
-    StartBand(/*last=*/range.last == args_.batch * args_.rows);
     const absl::Status status = Transpose(range, std::move(held));
     series.busy_streams->Decrement();
     FinishBand(status);
   }
 
   // Counts a band as running from now; `last` if it holds the matrix's last
-  // rows.
+  // rows. Needs bands.mutex.
+  static void CountStart(Bands& bands, bool last) {
+    const absl::Time start = absl::Now();
+    if (bands.running++ == 0) bands.running_since = start;
+    if (last) bands.last_band_start = start;
+  }
+
   void StartBand(bool last) {
     std::lock_guard<std::mutex> lock(bands_->mutex);
-    const absl::Time start = absl::Now();
-    if (bands_->running++ == 0) bands_->running_since = start;
-    if (last) bands_->last_band_start = start;
+    CountStart(*bands_, last);
+  }
+
+  // Starts the queued band whose rows begin at `first_row`: its pieces, or
+  // none if the job is abandoned (the band must then not touch the job).
+  static std::optional<std::vector<HeldPiece>> StartQueuedBand(
+      Bands& bands, uint64_t first_row, bool last) {
+    std::lock_guard<std::mutex> lock(bands.mutex);
+    if (bands.abandoned) return std::nullopt;
+    auto queued = bands.queued_pieces.find(first_row);
+    std::vector<HeldPiece> pieces = std::move(queued->second);
+    bands.queued_pieces.erase(queued);
+    CountStart(bands, last);
+    return pieces;
   }
 
   // Lets go of the pieces before returning: once the job is done, nothing of
@@ -270,7 +303,7 @@ class CpuBackend::Job final : public TransposeJob {
     double kernel_seconds;
     absl::Time last_band_start;
     bool complete;
-    bool idle;
+    bool stopped;
     {
       std::lock_guard<std::mutex> lock(bands->mutex);
       if (--bands->running == 0) {
@@ -278,14 +311,14 @@ class CpuBackend::Job final : public TransposeJob {
             absl::ToDoubleSeconds(absl::Now() - bands->running_since);
       }
       if (!status.ok()) bands->status = status;
-      idle = bands->idle = --bands->pending == 0;
-      complete = idle && bands->last_added;
+      stopped = bands->running == 0;
+      complete = --bands->pending == 0 && bands->last_added;
       result = bands->status;
       kernel_seconds = bands->kernel_seconds;
       last_band_start = bands->last_band_start;
     }
     // `bands` outlives a job destroyed the moment this wakes its destructor.
-    if (idle) bands->idle_changed.notify_all();
+    if (stopped) bands->running_changed.notify_all();
     if (!complete) return;
     // Complete means Run has added its band, so run_at_ is written.
     stats_.queue_seconds =
@@ -324,8 +357,6 @@ class CpuBackend::Job final : public TransposeJob {
   // Written by the last band only.
   TransposeStats stats_;
   const std::shared_ptr<Bands> bands_;
-  // Set as the job is destroyed, with no Run to come or after it is done.
-  std::atomic<bool> abandoned_{false};
 };
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options, Metrics& metrics)

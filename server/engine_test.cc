@@ -517,6 +517,51 @@ TEST(CpuBackendAbandonTest, AJobDroppedMidUploadDropsItsQueuedBands) {
   EXPECT_LT(dropped, whole / 4) << "the whole transpose took " << whole;
 }
 
+// Nor does it wait for another job's bands queued ahead of its own: with one
+// worker, a 128 MiB upload in 64 KiB bands queued first and a second job's
+// bands behind them, dropping the second job took as long as the first job's
+// bands before (its destruction waited for its queued bands to come up and
+// return).
+TEST(CpuBackendAbandonTest,
+     AJobDroppedBehindAnotherJobsBandsDoesNotWaitForThem) {
+  prometheus::Registry registry;
+  Metrics metrics(registry, "test");
+  CpuBackendOptions options;
+  options.calibration_bytes = 1 << 20;
+  options.workers = 1;
+  options.threads_per_job = 1;
+  options.incremental_min_bytes = 1 << 20;
+  options.incremental_band_bytes = 64 << 10;
+  CpuBackend backend(options, metrics);
+  const TransposeSpec big{
+      DataType::kFloat32, {1, 8192, 4096}, kernels::Algorithm::kAuto};
+  const TransposeSpec small{
+      DataType::kFloat32, {1, 1024, 1024}, kernels::Algorithm::kAuto};
+  const uint64_t big_bytes = 8192 * 4096 * 4, small_bytes = 1024 * 1024 * 4;
+  const std::vector<char> input(big_bytes, 1);
+  absl::Duration ahead = absl::InfiniteDuration();
+  absl::Duration dropped = absl::InfiniteDuration();
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::unique_ptr<TransposeJob>> first =
+        backend.CreateJob(big, big_bytes);
+    ASSERT_TRUE(first.ok()) << first.status();
+    const absl::Time start = absl::Now();
+    (*first)->AppendInput({absl::string_view(input.data(), big_bytes)},
+                          nullptr);
+    absl::StatusOr<std::unique_ptr<TransposeJob>> second =
+        backend.CreateJob(small, small_bytes);
+    ASSERT_TRUE(second.ok()) << second.status();
+    (*second)->AppendInput({absl::string_view(input.data(), small_bytes / 2)},
+                           nullptr);
+    const absl::Time drop = absl::Now();
+    second->reset();
+    dropped = std::min(dropped, absl::Now() - drop);
+    ASSERT_TRUE(RunAndWait(**first).ok());
+    ahead = std::min(ahead, absl::Now() - start);
+  }
+  EXPECT_LT(dropped, ahead / 4) << "the first job's bands took " << ahead;
+}
+
 // A shape whose rows and columns are whole cache lines: the job transposes the
 // transport's pieces where they lie, holding each (through its owner) until
 // the band that needs it is done, instead of copying it.
