@@ -189,6 +189,11 @@ absl::Status TransposeRowsFromPiecesOnCpu(const TransposeArgs& args,
   if (args.output == nullptr) {
     return absl::InvalidArgumentError("null output buffer");
   }
+  if (absl::Status status =
+          CheckAligned("output", args.output, args.element_size);
+      !status.ok()) {
+    return status;
+  }
   if (absl::Status status = CheckRowRange(args, range); !status.ok()) {
     return status;
   }

@@ -329,6 +329,26 @@ TEST(CpuTransposeTest, RejectsBadArgs) {
                             a.data(), b.data()})
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  // The builds read and write typed elements: a buffer off its elements'
+  // alignment is refused, not read or written out of line.
+  alignas(16) uint8_t c[256], d[256];
+  const absl::Status misaligned = TransposeOnCpu({16, 1, 4, 3, c + 8, d});
+  EXPECT_EQ(misaligned.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(misaligned.message().find("input buffer"), std::string::npos)
+      << misaligned;
+  EXPECT_EQ(TransposeOnCpu({4, 1, 4, 4, c, d + 2}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransposeRowsOnCpu({2, 1, 4, 4, c + 1, d}, {0, 4}).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<uint32_t> whole(64 * 64), result(64 * 64 + 1);
+  const InputPiece piece{0, whole.data(), whole.size() * 4};
+  EXPECT_EQ(TransposeRowsFromPiecesOnCpu(
+                {4, 1, 64, 64, nullptr,
+                 reinterpret_cast<uint8_t*>(result.data()) + 2},
+                {0, 64}, {&piece, 1})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(TransposeOnCpu({16, 1, 4, 3, c + 16, d + 16}).ok());
 }
 
 TEST(CpuTransposeTest, ParallelMemcpyCopiesEverything) {

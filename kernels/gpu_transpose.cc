@@ -34,22 +34,6 @@ absl::StatusOr<Kernel> KernelFor(Algorithm algorithm,
       absl::StrFormat("algorithm %d is unknown", static_cast<int>(algorithm)));
 }
 
-// INVALID_ARGUMENT for a buffer not aligned to its elements; after CheckArgs,
-// which refuses element sizes other than 1, 2, 4, 8 and 16.
-absl::Status CheckAligned(const TransposeArgs& args) {
-  for (const auto& [what, buffer] :
-       {std::pair<const char*, const void*>{"input", args.input},
-        std::pair<const char*, const void*>{"output", args.output}}) {
-    if (reinterpret_cast<uintptr_t>(buffer) % args.element_size != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("the %s buffer at %p is not aligned to its %d-byte "
-                          "elements",
-                          what, buffer, args.element_size));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 namespace internal {
@@ -192,7 +176,6 @@ absl::string_view KernelName(Algorithm algorithm, const TransposeArgs& args) {
 
 absl::Status CanImplement(Algorithm algorithm, const TransposeArgs& args) {
   if (absl::Status status = CheckArgs(args); !status.ok()) return status;
-  if (absl::Status status = CheckAligned(args); !status.ok()) return status;
   int device = 0;
   if (absl::Status status = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
       !status.ok()) {
@@ -239,7 +222,6 @@ absl::Status CheckFitsDevice(Algorithm algorithm, const TransposeArgs& args,
 absl::Status LaunchTranspose(Algorithm algorithm, const TransposeArgs& args,
                              void* cuda_stream) {
   if (absl::Status status = CheckArgs(args); !status.ok()) return status;
-  if (absl::Status status = CheckAligned(args); !status.ok()) return status;
   absl::StatusOr<Kernel> kernel = KernelFor(algorithm, args);
   if (!kernel.ok()) return kernel.status();
   const internal::Tuning tuning = algorithm == Algorithm::kAuto

@@ -69,6 +69,22 @@ absl::Status CheckArgs(const TransposeArgs& args) {
   if (in < out + bytes && out < in + bytes) {
     return absl::InvalidArgumentError("input and output buffers overlap");
   }
+  if (absl::Status status =
+          CheckAligned("input", args.input, args.element_size);
+      !status.ok()) {
+    return status;
+  }
+  return CheckAligned("output", args.output, args.element_size);
+}
+
+absl::Status CheckAligned(absl::string_view what, const void* buffer,
+                          uint64_t element_size) {
+  if (reinterpret_cast<uintptr_t>(buffer) % element_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the %s buffer at %p is not aligned to its %d-byte "
+                        "elements",
+                        what, buffer, element_size));
+  }
   return absl::OkStatus();
 }
 

@@ -60,8 +60,14 @@ absl::Status CheckShape(const TransposeArgs& args);
 
 // OK when `args` describes a transpose any backend can run: a supported element
 // size, non-zero dimensions whose byte size fits in 64 bits, non-null and
-// non-overlapping buffers.
+// non-overlapping buffers aligned to their elements (16-byte elements to 16
+// bytes): the backends read and write them as typed elements.
 absl::Status CheckArgs(const TransposeArgs& args);
+
+// OK when `buffer` (named `what` in the error) is aligned to
+// `element_size`-byte elements.
+absl::Status CheckAligned(absl::string_view what, const void* buffer,
+                          uint64_t element_size);
 
 }  // namespace transpose::kernels
 
