@@ -180,6 +180,7 @@ BENCHMARK(BM_Transpose)
     ->Args({8, 4096, 4096, 1})
     ->Args({16, 2048, 2048, 1})
     ->Args({4, 12345, 6789, 1})
+    ->Args({4, 8, 8 << 20, 1})  // Short and wide: one strip of rows.
     ->ArgNames({"size", "rows", "cols", "huge"})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();

@@ -203,6 +203,25 @@ TEST_P(TiledBuildTest, MatchesReference) {
   }
 }
 
+// Short, wide matrices have fewer strips of rows than threads: the threads
+// split the strips' columns too, the edges included.
+TEST_P(TiledBuildTest, FewerStripsThanThreadsMatchReference) {
+  std::mt19937 rng(17);
+  for (size_t size : {1, 2, 4, 8, 16}) {
+    for (Case c : {Case{1, 8, 20000}, Case{2, 5, 3001}, Case{1, 40, 1003},
+                   Case{1, 3, 17}, Case{3, 1, 70}}) {
+      const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
+      std::vector<uint8_t> out(in.size(), 0xA5);
+      const TransposeArgs args{size,   c.batch,   c.rows,
+                               c.cols, in.data(), out.data()};
+      if (!Takes(args)) continue;
+      Run(args, {0, c.batch * c.rows}, 5, {});
+      EXPECT_EQ(out, Reference(in, size, c.batch, c.rows, c.cols))
+          << size << "-byte " << c.batch << "x" << c.rows << "x" << c.cols;
+    }
+  }
+}
+
 // Outputs of 8 MiB and more that start on a 64-byte line, with output rows
 // of whole lines, take each build's streaming (cache-bypassing) stores;
 // std::vector's large blocks start 16 bytes past a page, so the tests above

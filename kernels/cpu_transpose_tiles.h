@@ -206,8 +206,9 @@ class PieceInput {
 //   registers and stores the result, with no buffer in between.
 // Reading whole lines at once matters: with power-of-two row strides, all rows
 // of a block fall into one cache set, so a half-read line would be evicted
-// before its second half is used. Threads take strips of kEdge input rows and
-// walk them left to right, so reads are sequential. Edges narrower than a block
+// before its second half is used. Threads take strips of kEdge input rows (or,
+// with fewer strips than threads, parts of strips in whole blocks) and walk
+// them left to right, so reads are sequential. Edges narrower than a block
 // go element by element. The input comes from `input` (ContiguousInput or
 // PieceInput). Only input rows [first_row, last_row) are transposed, counted
 // across the batch (row r of matrix b is b * rows + r); both bounds are
@@ -238,24 +239,41 @@ void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
                       reinterpret_cast<uintptr_t>(out) % kLine == 0 &&
                       (rows * sizeof(T)) % kLine == 0;
   const uint64_t c_full = cols / kEdge * kEdge;
+  // Short, wide matrices have fewer strips than threads: each strip's
+  // columns are split too, in whole blocks, so that every thread has work (an
+  // 8-row matrix is one strip).
+  const auto strip_count = static_cast<uint64_t>(end_strip - first_strip);
+  const uint64_t col_blocks = (cols + kEdge - 1) / kEdge;
+  const uint64_t splits =
+      strip_count >= static_cast<uint64_t>(threads)
+          ? 1
+          : std::min(col_blocks,
+                     (static_cast<uint64_t>(threads) + strip_count - 1) /
+                         strip_count);
+  const uint64_t split_cols = (col_blocks + splits - 1) / splits * kEdge;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     alignas(64) T block_in[kEdge * kEdge];
     alignas(64) T block_out[kEdge * kEdge];
 #pragma omp for schedule(static)
-    for (int64_t t = first_strip; t < end_strip; ++t) {
-      const uint64_t b = static_cast<uint64_t>(t) / strips;
-      const uint64_t r0 = static_cast<uint64_t>(t) % strips * kEdge;
+    for (int64_t w = 0; w < static_cast<int64_t>(strip_count * splits); ++w) {
+      const uint64_t t = first_strip + static_cast<uint64_t>(w) / splits;
+      const uint64_t c_begin = static_cast<uint64_t>(w) % splits * split_cols;
+      const uint64_t c_end = std::min(cols, c_begin + split_cols);
+      if (c_begin >= c_end) continue;
+      const uint64_t b = t / strips;
+      const uint64_t r0 = t % strips * kEdge;
       T* dst = out + b * rows * cols;
       if constexpr (Input::kEdges) {
         if (r0 + kEdge > rows) {  // The bottom strip, shorter than a block.
-          TransposeScalar(input.Row(b * rows + r0), cols, dst + r0, rows,
-                          rows - r0, cols);
+          TransposeScalar(input.Row(b * rows + r0) + c_begin, cols,
+                          dst + c_begin * rows + r0, rows, rows - r0,
+                          c_end - c_begin);
           continue;
         }
       }
       typename Input::Strip strip = input.StartStrip(b * rows + r0);
-      for (uint64_t c0 = 0; c0 < c_full; c0 += kEdge) {
+      for (uint64_t c0 = c_begin; c0 < std::min(c_end, c_full); c0 += kEdge) {
         T* const tile_out = dst + c0 * rows + r0;
         if constexpr (Micro::kWholeLines) {
           const T* lines[kEdge];
@@ -276,8 +294,10 @@ void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
         }
       }
       if constexpr (Input::kEdges) {
-        TransposeScalar(input.Row(b * rows + r0) + c_full, cols,
-                        dst + c_full * rows + r0, rows, kEdge, cols - c_full);
+        if (c_end > c_full) {  // The right edge, narrower than a block.
+          TransposeScalar(input.Row(b * rows + r0) + c_full, cols,
+                          dst + c_full * rows + r0, rows, kEdge, cols - c_full);
+        }
       }
     }
     if (stream) Micro::Fence();
