@@ -235,7 +235,11 @@ void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
   const int64_t end_strip = static_cast<int64_t>(last / rows * strips +
                                                  (last % rows + kEdge) / kEdge);
   T* out = static_cast<T*>(args.output);
-  const bool stream = args.bytes() >= kStreamMinBytes &&
+  // The size spelled out, not args.bytes(): an inline member function outside
+  // this file's unnamed namespace would be compiled here with this build's
+  // instruction set and shared with the others (cpu_transpose_symbols_test).
+  const uint64_t bytes = args.batch * rows * cols * sizeof(T);
+  const bool stream = bytes >= kStreamMinBytes &&
                       reinterpret_cast<uintptr_t>(out) % kLine == 0 &&
                       (rows * sizeof(T)) % kLine == 0;
   const uint64_t c_full = cols / kEdge * kEdge;
@@ -244,12 +248,11 @@ void TransposeBlocks(const TransposeArgs& args, uint64_t first_row,
   // 8-row matrix is one strip).
   const auto strip_count = static_cast<uint64_t>(end_strip - first_strip);
   const uint64_t col_blocks = (cols + kEdge - 1) / kEdge;
+  // As many splits as threads: each thread then takes strip_count of them.
   const uint64_t splits =
       strip_count >= static_cast<uint64_t>(threads)
           ? 1
-          : std::min(col_blocks,
-                     (static_cast<uint64_t>(threads) + strip_count - 1) /
-                         strip_count);
+          : std::min(col_blocks, static_cast<uint64_t>(threads));
   const uint64_t split_cols = (col_blocks + splits - 1) / splits * kEdge;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
