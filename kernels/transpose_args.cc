@@ -79,6 +79,9 @@ absl::Status CheckArgs(const TransposeArgs& args) {
 
 absl::Status CheckAligned(absl::string_view what, const void* buffer,
                           uint64_t element_size) {
+  if (element_size == 0) {
+    return absl::InvalidArgumentError("element size 0");
+  }
   if (reinterpret_cast<uintptr_t>(buffer) % element_size != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the %s buffer at %p is not aligned to its %d-byte "
