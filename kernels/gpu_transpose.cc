@@ -98,7 +98,7 @@ Kernel AutoKernel(const TransposeArgs& args) {
 // run timed from an L2 holding none of its data), against the default
 // column-major walk with plain loads:
 // - Evict-last input for the vector kernel and padded_64x8 from a 64 MiB
-//   matrix: 1.4 to 2.5 points more from 64 MiB up (4-byte 4096² 96.9 ->
+//   matrix: 1.1 to 2.5 points more from 64 MiB up (4-byte 4096² 96.9 ->
 //   99.0%, 1-byte 8192² 95.3 -> 96.8%, 2-byte 8192² 95.0 -> 96.5%, 4-byte
 //   4096 x (64 x 64) 98.8 -> 101.3%), -0.5 to +1.3 at 32 MiB (2-byte 4096²
 //   gained 1.3 in one run and nothing in another). (The older timing let each

@@ -203,11 +203,11 @@ struct alignas(P * sizeof(T)) Adjacent {
 // elements in one shared load and stores the P output chunks they make:
 // 2-byte elements go in pairs (4-byte loads), so 8 shared loads make two
 // chunks instead of one; with a load per element that kernel read 89% of
-// memcpy at 4096² and 94% at 8192² on the H200, with pairs 96-99% and
-// 96-98% (docs/BENCHMARKS.md, attempt 30). A warp stores 32 chunks: B = 32 P /
-// E chunks of each of E / P output rows per instruction (128 bytes of 4 rows
-// for 2- and 4-byte elements, 256 of 2 for 8-byte, 512 of 1 for 16-byte). Needs
-// rows and columns whose byte lengths are multiples of 16.
+// memcpy at 4096² and 94% at 8192² on the H200, with pairs 95.9-98.8% and
+// 95.9-98.5% over five runs (docs/BENCHMARKS.md, attempt 30). A warp stores 32
+// chunks: B = 32 P / E chunks of each of E / P output rows per instruction (128
+// bytes of 4 rows for 2- and 4-byte elements, 256 of 2 for 8-byte, 512 of 1 for
+// 16-byte). Needs rows and columns whose byte lengths are multiples of 16.
 template <typename T, int TR, int TC, int NT, int kGroup = 0,
           bool kEvictLast = false>
 __global__ void __launch_bounds__(NT)
@@ -247,9 +247,10 @@ __global__ void __launch_bounds__(NT)
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < NV_OUT; ++i) {
-      // Lanes: A groups of P output rows, then B chunks along them. (A
-      // half-warp's 8-byte shared loads then fall on 16 different 8-byte
-      // bank pairs.)
+      // Lanes: A groups of P output rows, then B chunks along them. Each
+      // phase of a warp's shared load then reads distinct banks: 4-byte loads
+      // (2- and 4-byte elements) 32 words of the warp, 8-byte loads 16 pairs
+      // of a half-warp, 16-byte loads 8 chunks of a quarter-warp.
       const int unit = threadIdx.x + i * NT, rest = unit / 32;
       const int j0 = ((rest % (JG / A)) * A + unit % A) * P;
       const int q = (rest / (JG / A)) * B + (unit / A) % B;
