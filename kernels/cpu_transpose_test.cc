@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -168,6 +169,25 @@ class TiledBuildTest : public testing::TestWithParam<TiledBuild> {
         return internal::TransposeAvx512(args, range, threads, pieces);
     }
   }
+
+  // Each case whole, for every element size the build takes, on `threads`
+  // threads, against the reference on random data.
+  void ExpectMatchesReference(std::initializer_list<Case> cases, int threads,
+                              uint32_t seed) const {
+    std::mt19937 rng(seed);
+    for (size_t size : {1, 2, 4, 8, 16}) {
+      for (const Case& c : cases) {
+        const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
+        std::vector<uint8_t> out(in.size(), 0xA5);
+        const TransposeArgs args{size,   c.batch,   c.rows,
+                                 c.cols, in.data(), out.data()};
+        if (!Takes(args)) continue;
+        Run(args, {0, c.batch * c.rows}, threads, {});
+        EXPECT_EQ(out, Reference(in, size, c.batch, c.rows, c.cols))
+            << size << "-byte " << c.batch << "x" << c.rows << "x" << c.cols;
+      }
+    }
+  }
 };
 
 INSTANTIATE_TEST_SUITE_P(
@@ -187,39 +207,17 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST_P(TiledBuildTest, MatchesReference) {
-  std::mt19937 rng(5);
-  for (size_t size : {1, 2, 4, 8, 16}) {
-    for (Case c : {Case{1, 129, 131}, Case{2, 40, 300}, Case{1, 1, 77},
-                   Case{1, 77, 1}}) {
-      const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
-      std::vector<uint8_t> out(in.size(), 0xA5);
-      const TransposeArgs args{size,   c.batch,   c.rows,
-                               c.cols, in.data(), out.data()};
-      if (!Takes(args)) continue;
-      Run(args, {0, c.batch * c.rows}, 2, {});
-      EXPECT_EQ(out, Reference(in, size, c.batch, c.rows, c.cols))
-          << size << "-byte " << c.batch << "x" << c.rows << "x" << c.cols;
-    }
-  }
+  ExpectMatchesReference(
+      {Case{1, 129, 131}, Case{2, 40, 300}, Case{1, 1, 77}, Case{1, 77, 1}},
+      /*threads=*/2, /*seed=*/5);
 }
 
 // Short, wide matrices have fewer strips of rows than threads: the threads
 // split the strips' columns too, the edges included.
 TEST_P(TiledBuildTest, FewerStripsThanThreadsMatchReference) {
-  std::mt19937 rng(17);
-  for (size_t size : {1, 2, 4, 8, 16}) {
-    for (Case c : {Case{1, 8, 20000}, Case{2, 5, 3001}, Case{1, 40, 1003},
-                   Case{1, 3, 17}, Case{3, 1, 70}}) {
-      const std::vector<uint8_t> in = RandomBytes(c.Bytes(size), rng);
-      std::vector<uint8_t> out(in.size(), 0xA5);
-      const TransposeArgs args{size,   c.batch,   c.rows,
-                               c.cols, in.data(), out.data()};
-      if (!Takes(args)) continue;
-      Run(args, {0, c.batch * c.rows}, 5, {});
-      EXPECT_EQ(out, Reference(in, size, c.batch, c.rows, c.cols))
-          << size << "-byte " << c.batch << "x" << c.rows << "x" << c.cols;
-    }
-  }
+  ExpectMatchesReference({Case{1, 8, 20000}, Case{2, 5, 3001},
+                          Case{1, 40, 1003}, Case{1, 3, 17}, Case{3, 1, 70}},
+                         /*threads=*/5, /*seed=*/17);
 }
 
 // Outputs of 8 MiB and more that start on a 64-byte line, with output rows

@@ -471,20 +471,30 @@ TEST_F(CpuBackendTest, AJobDroppedMidUploadWaitsForItsBands) {
   }
 }
 
+// One worker, and uploads in 64 KiB bands from 1 MiB: most of a large
+// upload's bands wait in the worker's queue.
+class CpuBackendAbandonTest : public testing::Test {
+ protected:
+  static CpuBackendOptions OneWorker() {
+    CpuBackendOptions options;
+    options.calibration_bytes = 1 << 20;
+    options.workers = 1;
+    options.threads_per_job = 1;
+    options.incremental_min_bytes = 1 << 20;
+    options.incremental_band_bytes = 64 << 10;
+    return options;
+  }
+
+  prometheus::Registry registry_;
+  Metrics metrics_{registry_, "test"};
+  CpuBackend backend_{OneWorker(), metrics_};
+};
+
 // Destroying a job whose upload was cut off waits only for its bands already
 // running: those still queued are dropped, not transposed for nobody. With one
 // worker and a 128 MiB upload in 64 KiB bands nearly all are queued, and before
 // the job's destruction waited for every one (it runs on a transport thread).
-TEST(CpuBackendAbandonTest, AJobDroppedMidUploadDropsItsQueuedBands) {
-  prometheus::Registry registry;
-  Metrics metrics(registry, "test");
-  CpuBackendOptions options;
-  options.calibration_bytes = 1 << 20;
-  options.workers = 1;
-  options.threads_per_job = 1;
-  options.incremental_min_bytes = 1 << 20;
-  options.incremental_band_bytes = 64 << 10;
-  CpuBackend backend(options, metrics);
+TEST_F(CpuBackendAbandonTest, AJobDroppedMidUploadDropsItsQueuedBands) {
   const TransposeSpec spec{
       DataType::kFloat32, {1, 8192, 4096}, kernels::Algorithm::kAuto};
   const uint64_t bytes = 8192 * 4096 * 4;
@@ -494,7 +504,7 @@ TEST(CpuBackendAbandonTest, AJobDroppedMidUploadDropsItsQueuedBands) {
   absl::Duration whole = absl::InfiniteDuration();
   for (int i = 0; i < 2; ++i) {
     absl::StatusOr<std::unique_ptr<TransposeJob>> job =
-        backend.CreateJob(spec, bytes);
+        backend_.CreateJob(spec, bytes);
     ASSERT_TRUE(job.ok()) << job.status();
     const absl::Time start = absl::Now();
     (*job)->AppendInput({absl::string_view(input.data(), bytes)}, nullptr);
@@ -507,7 +517,7 @@ TEST(CpuBackendAbandonTest, AJobDroppedMidUploadDropsItsQueuedBands) {
   absl::Duration dropped = absl::InfiniteDuration();
   for (int i = 0; i < 3; ++i) {
     absl::StatusOr<std::unique_ptr<TransposeJob>> job =
-        backend.CreateJob(spec, bytes);
+        backend_.CreateJob(spec, bytes);
     ASSERT_TRUE(job.ok()) << job.status();
     (*job)->AppendInput({all_but_a_row}, nullptr);
     const absl::Time start = absl::Now();
@@ -522,17 +532,8 @@ TEST(CpuBackendAbandonTest, AJobDroppedMidUploadDropsItsQueuedBands) {
 // bands behind them, dropping the second job took as long as the first job's
 // bands before (its destruction waited for its queued bands to come up and
 // return).
-TEST(CpuBackendAbandonTest,
-     AJobDroppedBehindAnotherJobsBandsDoesNotWaitForThem) {
-  prometheus::Registry registry;
-  Metrics metrics(registry, "test");
-  CpuBackendOptions options;
-  options.calibration_bytes = 1 << 20;
-  options.workers = 1;
-  options.threads_per_job = 1;
-  options.incremental_min_bytes = 1 << 20;
-  options.incremental_band_bytes = 64 << 10;
-  CpuBackend backend(options, metrics);
+TEST_F(CpuBackendAbandonTest,
+       AJobDroppedBehindAnotherJobsBandsDoesNotWaitForThem) {
   const TransposeSpec big{
       DataType::kFloat32, {1, 8192, 4096}, kernels::Algorithm::kAuto};
   const TransposeSpec small{
@@ -543,13 +544,13 @@ TEST(CpuBackendAbandonTest,
   absl::Duration dropped = absl::InfiniteDuration();
   for (int i = 0; i < 3; ++i) {
     absl::StatusOr<std::unique_ptr<TransposeJob>> first =
-        backend.CreateJob(big, big_bytes);
+        backend_.CreateJob(big, big_bytes);
     ASSERT_TRUE(first.ok()) << first.status();
     const absl::Time start = absl::Now();
     (*first)->AppendInput({absl::string_view(input.data(), big_bytes)},
                           nullptr);
     absl::StatusOr<std::unique_ptr<TransposeJob>> second =
-        backend.CreateJob(small, small_bytes);
+        backend_.CreateJob(small, small_bytes);
     ASSERT_TRUE(second.ok()) << second.status();
     (*second)->AppendInput({absl::string_view(input.data(), small_bytes / 2)},
                            nullptr);
