@@ -94,20 +94,27 @@ struct ElementType {
 constexpr absl::string_view kPlainKinds = "biufcVSMmU";
 
 absl::StatusOr<ElementType> ElementTypeOfDescr(absl::string_view descr) {
+  // ORDER KIND SIZE: a descr of another form is refused rather than copied
+  // into the output's header.
+  if (descr.empty() || !absl::StrContains("<>=|", descr[0])) {
+    if (absl::StartsWith(descr, "[")) {
+      return Invalid(
+          "structured dtypes (records of named fields) are not supported; "
+          "save one field as a plain array");
+    }
+    return Invalid(absl::StrCat("dtype '", descr,
+                                "' does not start with a byte order (<, >, "
+                                "= or |)"));
+  }
   std::string normalized(descr);
   // Native and little-endian are the same here; one-byte types have no order.
-  if (!normalized.empty() && normalized[0] == '=') normalized[0] = '<';
+  if (normalized[0] == '=') normalized[0] = '<';
   if (normalized.size() == 3 && normalized[2] == '1') normalized[0] = '|';
   if (normalized == "<V2") normalized = "|V2";
   for (const DescrEntry& entry : kDescrs) {
     if (entry.descr == normalized) {
       return ElementType{entry.dtype, ElementSize(entry.dtype)};
     }
-  }
-  if (absl::StartsWith(descr, "[")) {
-    return Invalid(
-        "structured dtypes (records of named fields) are not supported; save "
-        "one field as a plain array");
   }
   // ORDER KIND SIZE, and a unit for datetimes: "<M8[s]".
   absl::string_view rest = normalized;
@@ -179,6 +186,11 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
                                          header_len, file.size()));
   }
   const absl::string_view dict = file.substr(prefix, header_len);
+  // A Python dict literal, padded with spaces and ended by a newline.
+  if (const absl::string_view stripped = absl::StripAsciiWhitespace(dict);
+      !absl::StartsWith(stripped, "{") || !absl::EndsWith(stripped, "}")) {
+    return Invalid("header is not a dict literal ({...})");
+  }
 
   NpyHeader header;
   header.data_offset = prefix + header_len;
@@ -196,14 +208,25 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
   header.fortran_order = fortran == "True";
   TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view shape_text,
                              DictValue(dict, "shape"));
+  // A Python tuple of integers: "()", "(3,)", "(3, 4)" or "(3, 4,)".
+  std::vector<absl::string_view> parts = absl::StrSplit(shape_text, ',');
+  const auto blank = [](absl::string_view part) {
+    return absl::StripAsciiWhitespace(part).empty();
+  };
+  if (parts.size() == 1 && blank(parts[0])) {
+    parts.clear();
+  } else if (parts.size() >= 2 && blank(parts.back()) &&
+             !blank(parts[parts.size() - 2])) {
+    parts.pop_back();
+  }
   std::vector<uint64_t> dims;
-  for (absl::string_view part :
-       absl::StrSplit(shape_text, ',', absl::SkipWhitespace())) {
+  for (absl::string_view part : parts) {
     uint64_t dim;
     absl::string_view digits = absl::StripAsciiWhitespace(part);
     // Python 2's long literals ("3L"), which old files hold and NumPy reads.
     if (!absl::ConsumeSuffix(&digits, "L")) absl::ConsumeSuffix(&digits, "l");
-    if (!absl::SimpleAtoi(digits, &dim)) {
+    if (digits.empty() || !absl::c_all_of(digits, absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(digits, &dim)) {
       return Invalid(absl::StrCat("shape (", shape_text, ") does not parse"));
     }
     dims.push_back(dim);

@@ -140,6 +140,11 @@ TEST(NpyTest, ReadsOtherSpellingsOfTheDict) {
       "{'descr': '<i2', 'fortran_order': False, 'shape': (2L, 3L, 4L), }", 48));
   ASSERT_TRUE(header.ok()) << header.status();
   EXPECT_EQ(header->shape, (MatrixShape{2, 3, 4}));
+  // A tuple's trailing comma.
+  header = ParseNpyHeader(
+      File("{'descr': '<i2', 'fortran_order': False, 'shape': (3, 4,), }", 24));
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->shape, (MatrixShape{1, 3, 4}));
 }
 
 // A .npy output keeps its input's descr, whatever type the elements went as.
@@ -240,6 +245,26 @@ TEST(NpyTest, RejectsWhatItCannotTranspose) {
       {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3, x), }", 0),
        "does not parse"},
       {File("{'fortran_order': False, 'shape': (3, 4), }", 48), "no descr"},
+      // Descrs NumPy refuses, which would be copied into the output's header
+      // (a quote in one would end its string there).
+      {File("{'descr': 'xi1', 'fortran_order': False, 'shape': (3, 4), }", 12),
+       "dtype 'xi1' does not start with a byte order"},
+      {File("{'descr': \"'i1\", 'fortran_order': False, 'shape': (3, 4), }",
+            12),
+       "dtype ''i1' does not start with a byte order"},
+      {File("{'descr': 'Sb1', 'fortran_order': False, 'shape': (3, 4), }", 12),
+       "does not start with a byte order"},
+      // Tuples Python does not read.
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (3,,4), }", 48),
+       "shape (3,,4) does not parse"},
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (,3,4), }", 48),
+       "does not parse"},
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (,), }", 0),
+       "does not parse"},
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (+3, 4), }", 48),
+       "does not parse"},
+      {File("'descr': '<f4', 'fortran_order': False, 'shape': (3, 4)", 48),
+       "not a dict literal"},
   };
   for (const Case& c : cases) {
     absl::Status status = ParseNpyHeader(c.file).status();
