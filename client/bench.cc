@@ -56,11 +56,11 @@ absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
       CheckMatrixUnderLimit(info.limits(), options.dtype, options.shape));
   const uint64_t buffers =
       1 + (options.verify ? 1 : 0) + static_cast<uint64_t>(options.concurrency);
-  const uint64_t memory = PhysicalMemoryBytes();
+  const uint64_t memory = UsableMemoryBytes();
   if (bytes > memory / buffers) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%d buffers of %d bytes (the input, %sone result per request in "
-        "flight) exceed this machine's %d bytes of memory",
+        "flight) exceed the %d bytes of memory this process may use",
         buffers, bytes, options.verify ? "the expected result, " : "", memory));
   }
   return absl::OkStatus();

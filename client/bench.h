@@ -60,7 +60,7 @@ absl::Status CheckBenchOptions(const BenchOptions& options);
 // Whether the bench can run against this server on this machine, asked before
 // anything is allocated or timed: RESOURCE_EXHAUSTED for a matrix over the
 // server's limit, or when its buffers (the input, the expected result, one
-// result per request in flight) exceed this machine's memory; or
+// result per request in flight) exceed the memory this process may use; or
 // GetServerInfo's error, which waits `info_timeout` at most.
 absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
                             absl::Duration info_timeout = absl::Seconds(5));

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -665,10 +666,11 @@ int RunTranspose() {
         layout.data_offset +
         (input.shape.empty() ? 0 : *MatrixBytes(input.dtype, input.shape));
     // A server that does not answer here is left to the transpose call,
-    // which retries.
+    // which retries; this check waits for it 5 s at most, not a --deadline
+    // meant for the transfer (a hung server would take twice that).
     if (!no_call) {
-      absl::StatusOr<v1::ServerInfo> info =
-          (*client)->GetServerInfo(Deadline(/*quick_call=*/true));
+      absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo(
+          std::min(Deadline(/*quick_call=*/true), absl::Seconds(5)));
       if (info.ok()) {
         if (absl::Status under =
                 CheckMatrixUnderLimit(info->limits(), input.dtype, input.shape);
@@ -679,10 +681,11 @@ int RunTranspose() {
     }
     if (!FitsHostMemory(expected_bytes)) {
       return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
-          "%s holds %s %s, %d bytes; with its result that is more than this "
-          "machine's %d bytes of memory",
+          "%s holds %s %s, %d bytes; with its result that is more than the "
+          "%d bytes of memory this process may use (the machine's, its "
+          "cgroup's or its ulimit -v)",
           in_path, DataTypeName(input.dtype), ShapeToString(input.shape),
-          expected_bytes, PhysicalMemoryBytes())));
+          expected_bytes, UsableMemoryBytes())));
     }
     // One byte more shows an input longer than its shape without reading all
     // of an endless pipe.
@@ -978,8 +981,17 @@ int main(int argc, char** argv) {
     return transpose::Usage(std::string(status.message()));
   }
   const std::string command = positional[1];
-  if (command == "transpose") return transpose::RunTranspose();
   if (command == "info") return transpose::RunInfo();
   if (command == "health") return transpose::RunHealth();
-  return transpose::RunBenchCommand();
+  // The memory checks above the large allocations cannot foresee every limit
+  // (another process's use, overcommit turned off): running out is an error
+  // line, not an abort, and the output's temporary file goes with the stack.
+  try {
+    return command == "transpose" ? transpose::RunTranspose()
+                                  : transpose::RunBenchCommand();
+  } catch (const std::bad_alloc&) {
+    return transpose::FailHere(absl::ResourceExhaustedError(
+        "out of memory: this process may not allocate what the matrix and "
+        "its result need"));
+  }
 }

@@ -3,24 +3,15 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
-#include <string>
 #include <thread>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "kernels/cpu_transpose_tiles.h"
+#include "server/core/cgroup.h"
 
 namespace transpose::kernels {
 namespace {
@@ -42,57 +33,7 @@ int CpuThreads(int max_threads) {
   return UsableCores();
 }
 
-namespace {
-
-std::optional<std::string> ReadSmallFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return std::nullopt;
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-// The tightest cgroup v2 CPU limit on this process: its cgroup's cpu.max and
-// every parent's, since a parent's limit binds its children. Inside a
-// container with its own cgroup namespace the path is "/", and
-// /sys/fs/cgroup is the container's cgroup. None under cgroup v1 alone.
-std::optional<int> CgroupCpuLimit() {
-  const std::optional<std::string> self = ReadSmallFile("/proc/self/cgroup");
-  if (!self) return std::nullopt;
-  std::string path;
-  for (absl::string_view line : absl::StrSplit(*self, '\n')) {
-    if (absl::ConsumePrefix(&line, "0::")) path = std::string(line);
-  }
-  if (path.empty() || path[0] != '/') return std::nullopt;
-  std::optional<int> limit;
-  while (true) {
-    const std::optional<std::string> cpu_max = ReadSmallFile(
-        absl::StrCat("/sys/fs/cgroup", path == "/" ? "" : path, "/cpu.max"));
-    if (cpu_max) {
-      if (const std::optional<int> cores = internal::CoresFromCpuMax(*cpu_max))
-        limit = std::min(limit.value_or(INT_MAX), *cores);
-    }
-    if (path == "/") break;
-    path.resize(std::max<size_t>(path.rfind('/'), 1));
-  }
-  return limit;
-}
-
-}  // namespace
-
 namespace internal {
-
-std::optional<int> CoresFromCpuMax(absl::string_view cpu_max) {
-  const std::vector<absl::string_view> parts = absl::StrSplit(
-      absl::StripAsciiWhitespace(cpu_max), ' ', absl::SkipEmpty());
-  uint64_t quota, period;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &quota) ||
-      !absl::SimpleAtoi(parts[1], &period) || quota == 0 || period == 0) {
-    return std::nullopt;
-  }
-  return static_cast<int>(
-      std::min<uint64_t>(quota / period + (quota % period != 0), INT_MAX));
-}
 
 int CountUsableCores() {
   int cores =
@@ -101,7 +42,7 @@ int CountUsableCores() {
   if (sched_getaffinity(0, sizeof(affinity), &affinity) == 0) {
     cores = std::max(1, CPU_COUNT(&affinity));
   }
-  if (const std::optional<int> limit = CgroupCpuLimit()) {
+  if (const std::optional<int> limit = CurrentCgroupLimits().cpu_cores) {
     cores = std::min(cores, std::max(1, *limit));
   }
   return cores;

@@ -4,10 +4,8 @@
 #define TRANSPOSE_KERNELS_CPU_TRANSPOSE_H_
 
 #include <cstdint>
-#include <optional>
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/transpose_args.h"
 
@@ -72,16 +70,13 @@ void ParallelMemcpy(void* dst, const void* src, size_t bytes,
 int CpuThreads(int max_threads);
 
 // The cores this process may run on: those of its CPU affinity (taskset, a
-// container's cpuset), no more than its cgroup's CPU limit (cgroup v2 cpu.max
-// of its cgroup and their parents, rounded up), at least 1. A container
+// container's cpuset), no more than its cgroup's CPU quota (cgroup v2 or v1,
+// server/core/cgroup.h), at least 1. A container
 // limited to 4 CPUs on a 64-core node counts 4, where
 // std::thread::hardware_concurrency() counts 64.
 int UsableCores();
 
 namespace internal {
-// The whole cores a cgroup v2 cpu.max file ("QUOTA PERIOD" or "max PERIOD")
-// allows, rounded up; none for "max" or text that does not parse.
-std::optional<int> CoresFromCpuMax(absl::string_view cpu_max);
 // UsableCores() without its cache: reads the affinity and cgroup files now.
 int CountUsableCores();
 }  // namespace internal

@@ -395,17 +395,6 @@ TEST(CpuTransposeTest, ParallelMemcpyCopiesEverything) {
   EXPECT_EQ(dst, src);
 }
 
-TEST(CpuTransposeTest, CoresFromCpuMaxRoundsQuotasUp) {
-  EXPECT_EQ(internal::CoresFromCpuMax("max 100000\n"), std::nullopt);
-  EXPECT_EQ(internal::CoresFromCpuMax("400000 100000\n"), 4);
-  EXPECT_EQ(internal::CoresFromCpuMax("150000 100000"), 2);
-  EXPECT_EQ(internal::CoresFromCpuMax("50000 100000"), 1);
-  EXPECT_EQ(internal::CoresFromCpuMax("0 100000"), std::nullopt);
-  EXPECT_EQ(internal::CoresFromCpuMax(""), std::nullopt);
-  EXPECT_EQ(internal::CoresFromCpuMax("100000"), std::nullopt);
-  EXPECT_EQ(internal::CoresFromCpuMax("lots 100000"), std::nullopt);
-}
-
 // A process pinned to one core (taskset -c 0, a container's cpuset) counts
 // one, not the machine's cores.
 TEST(CpuTransposeTest, UsableCoresFollowTheAffinity) {

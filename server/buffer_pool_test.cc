@@ -137,8 +137,8 @@ TEST(BufferPoolTest, OutOfHostMemoryIsForNowOnlyWhereTheJobCouldFit) {
   const absl::Status never = pool.Acquire(size_t{1} << 62).status();
   EXPECT_EQ(never.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_FALSE(IsRetryLater(never));
-  EXPECT_TRUE(FitsHostMemory(PhysicalMemoryBytes() / 4));
-  EXPECT_FALSE(FitsHostMemory(PhysicalMemoryBytes()));
+  EXPECT_TRUE(FitsHostMemory(UsableMemoryBytes() / 4));
+  EXPECT_FALSE(FitsHostMemory(UsableMemoryBytes()));
 }
 
 // The largest sizes have a class (themselves), not one that wraps to 0.

@@ -367,7 +367,7 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options, Metrics& metrics)
   info_.name = "cpu";
   info_.device_name = CpuModelName();
   // The host's memory, as a GPU backend reports its device's.
-  info_.total_memory_bytes = PhysicalMemoryBytes();
+  info_.total_memory_bytes = UsableMemoryBytes();
   info_.copy_bandwidth_bytes_per_second = CalibrateCopyBandwidth(
       options.calibration_bytes, kernels::CpuThreads(options.threads_per_job));
   info_.streams = workers_.threads();

@@ -50,6 +50,16 @@ def refused_address(test):
     return "127.0.0.1:%d" % held.getsockname()[1]
 
 
+def silent_address(test):
+    """A loopback address that accepts connections and never answers (a hung server): the
+    kernel completes the TCP handshakes into a listening socket nobody accepts from."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(16)
+    test.addCleanup(held.close)
+    return "127.0.0.1:%d" % held.getsockname()[1]
+
+
 class CliReadmeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -82,8 +92,8 @@ class CliReadmeTest(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp.name, name)
 
-    def cli(self, *args, check=True):
-        result = subprocess.run([ARGS.cli, f"--server={self.target}", *args],
+    def cli(self, *args, check=True, server=None):
+        result = subprocess.run([ARGS.cli, f"--server={server or self.target}", *args],
                                 capture_output=True, text=True, timeout=600)
         if check:
             self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
@@ -586,8 +596,52 @@ class CliReadmeTest(unittest.TestCase):
                                            "--cols=1048576", server=refused_address(self))
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn("/dev/stdin holds uint8 1048576x1048576, 1099511627776 bytes; with its "
-                      "result that is more than this machine's", result.stderr)
+                      "result that is more than the", result.stderr)
         self.assertFalse(os.path.exists(out))
+
+    def test_a_hung_server_holds_a_large_input_for_its_deadline_and_5_s_more_at_most(self):
+        # Past 64 MiB (sparse), so that the CLI asks the server's limit before the transfer: that
+        # check waits 5 s at most, not the --deadline meant for the transfer.
+        big = self.path("hung.bin")
+        with open(big, "wb") as f:
+            f.truncate(80 << 20)
+        start = time.monotonic()
+        result = self.cli("transpose", f"--in={big}", f"--out={self.path('hung.T')}",
+                          "--dtype=uint8", "--rows=8192", "--cols=10240", "--deadline=10s",
+                          check=False, server=silent_address(self))
+        elapsed = time.monotonic() - start
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("DEADLINE_EXCEEDED", result.stderr)
+        self.assertGreaterEqual(elapsed, 10, result.stderr)
+        self.assertLess(elapsed, 18, result.stderr)  # 20 s with the check waiting 10 s.
+        self.assertFalse(os.path.exists(self.path("hung.T")))
+
+    def test_an_input_over_the_memory_this_process_may_use_is_refused_before_it_is_read(self):
+        # A sparse .npy file of 6.4 GB, which with its result fits this machine (24 GiB) but not
+        # an address space of 8 GiB (ulimit -v, as a container's memory limit would bind).
+        big = self.path("big.npy")
+        with open(big, "wb") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": (40000, 40000)})
+            f.truncate(f.tell() + 40000 * 40000 * 4)
+        limit = 8 << 30
+
+        def limit_address_space():
+            import resource
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        try:
+            result = subprocess.run(
+                [ARGS.cli, f"--server={refused_address(self)}", "transpose", f"--in={big}",
+                 f"--out={self.path('big.T.npy')}"], preexec_fn=limit_address_space,
+                capture_output=True, text=True, timeout=120)
+        finally:
+            os.unlink(big)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn(f"holds float32 40000x40000, 6400000128 bytes; with its result that is "
+                      f"more than the {limit} bytes of memory this process may use",
+                      result.stderr)
+        self.assertFalse(os.path.exists(self.path("big.T.npy")))
 
     def test_a_large_piped_input_transposes_and_a_short_one_is_named(self):
         rng = np.random.default_rng(8)

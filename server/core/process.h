@@ -16,15 +16,18 @@ namespace transpose {
 //   bookkeeping was 6% of the server's CPU.
 void SetUpProcess();
 
-// The machine's physical memory. Allocations alone do not find its end (Linux
-// lends memory it does not have, and filling it gets the process killed), so
-// whatever means to hold large buffers checks against this first.
-uint64_t PhysicalMemoryBytes();
+// The memory this process may use: the machine's physical memory, or less
+// where its cgroup's memory limit (a container's) or its address-space limit
+// (ulimit -v) is lower. Allocations alone do not find its end (Linux lends
+// memory it does not have, and filling it gets the process killed, in a
+// container by its limit on a node with memory to spare), so whatever means to
+// hold large buffers checks against this first.
+uint64_t UsableMemoryBytes();
 
 // Whether a transpose of `bytes` (its input and its result, both held) fits
-// this machine's memory when nothing else holds any: what a client checks
-// before it reads a large file, and whether a server running out of memory for
-// it should tell its client to try again.
+// the memory this process may use when nothing else holds any: what a client
+// checks before it reads a large file, and whether a server running out of
+// memory for it should tell its client to try again.
 bool FitsHostMemory(uint64_t bytes);
 
 }  // namespace transpose
