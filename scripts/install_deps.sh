@@ -12,7 +12,7 @@ build_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 test_packages=(
-  prometheus python3 python3-numpy python3-yaml python3-grpcio python3-protobuf openssl yamllint
+  prometheus python3 python3-numpy python3-yaml python3-grpcio python3-protobuf python3-h2 openssl yamllint
   clang-format
   clang-14 libclang-rt-14-dev
 )

@@ -294,12 +294,17 @@ TransposeService::TransposeService(Engine& engine, Metrics& metrics,
 // the reply, and the call counts as in flight, and is recorded, only once the
 // reply is out (OnDone): a reply to a slow reader is still counted against
 // the budget, and one that never arrives is not counted OK. The reactor
-// deletes itself in OnDone.
-class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
+// deletes itself in OnDone. A reply the client does not read (its process
+// stopped, a proxy stalled, with the connection alive) would hold all of that
+// for good: the stall watchdog cancels a reply not delivered within the idle
+// limit, and the call counts as DEADLINE_EXCEEDED.
+class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor,
+                                          private StallWatchdog::Watched {
  public:
   UnaryCall(TransposeService& service, grpc::CallbackServerContext& context,
             const grpc::ByteBuffer& request, grpc::ByteBuffer& response)
-      : context_(context),
+      : service_(service),
+        context_(context),
         response_(response),
         scope_(service.metrics_, service.calls_, service.failure_log_,
                RpcMethod::kTranspose, context) {
@@ -339,26 +344,60 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor {
   }
 
   void OnDone() override {
+    // No check runs after this, and the last one's marks are visible.
+    if (watched_) service_.stall_watchdog_->Remove(this);
     // An OK reply the client never got (it cancelled, its deadline passed,
-    // its connection went) is not counted as OK.
-    scope_.Record(status_.ok() && context_.IsCancelled()
-                      ? EndedByTransport(context_, scope_.calls(),
-                                         "before the reply was delivered")
-                      : status_);
+    // its connection went, it did not read it) is not counted as OK.
+    if (!status_.ok() || !context_.IsCancelled()) {
+      scope_.Record(status_);
+    } else if (stalled_for_.has_value()) {
+      scope_.Record(absl::DeadlineExceededError(absl::StrCat(
+          "the client did not read the reply for ",
+          absl::FormatDuration(*stalled_for_),
+          ", past the server's limit for an idle call (",
+          absl::FormatDuration(service_.options_.stream_idle_timeout), ")")));
+    } else {
+      scope_.Record(EndedByTransport(context_, scope_.calls(),
+                                     "before the reply was delivered"));
+    }
     delete this;
   }
 
  private:
   void End(const absl::Status& status) {
     status_ = status;
+    // A refusal's trailers fit any socket's buffers; a reply may not.
+    if (status.ok() && service_.stall_watchdog_ != nullptr) {
+      reply_ready_ = StallWatchdog::Clock::now();
+      watched_ = true;
+      service_.stall_watchdog_->Add(this);
+    }
     Finish(scope_.Reply(status));
   }
 
+  // Runs on the watchdog's thread until OnDone removes this call.
+  void CheckForStall(StallWatchdog::Clock::time_point now) override {
+    const absl::Duration waiting = absl::FromChrono(now - reply_ready_);
+    if (waiting < service_.options_.stream_idle_timeout ||
+        stalled_for_.has_value()) {
+      return;
+    }
+    stalled_for_ = waiting;
+    // OnDone follows on gRPC's threads, and waits for this check to return.
+    context_.TryCancel();
+  }
+
+  TransposeService& service_;
   grpc::CallbackServerContext& context_;
   grpc::ByteBuffer& response_;
   RpcScope scope_;
   TransposeSpec spec_;
   absl::Status status_;
+  // Set before the reply goes out; read by the watchdog's checks after Add.
+  bool watched_ = false;
+  StallWatchdog::Clock::time_point reply_ready_;
+  // Written by a check, read in OnDone after Remove.
+  std::optional<absl::Duration> stalled_for_;
 };
 
 grpc::ServerUnaryReactor* TransposeService::Transpose(
@@ -413,8 +452,8 @@ class TransposeService::StreamCall final
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (finished_) return;
-      last_progress_ = StallWatchdog::Clock::now();
       if (!ok) {
+        last_progress_ = StallWatchdog::Clock::now();
         // No more data will come: the client half-closed, or the call is over.
         if (context_.IsCancelled()) {
           FinishLocked(
@@ -432,11 +471,16 @@ class TransposeService::StreamCall final
         }
         return;
       }
+      uploaded_since_progress_ += request_.Length();
       if (absl::Status status = AddMessage(
               request_, service_.options_.max_message_bytes, assembler_);
           !status.ok()) {
         FinishLocked(status);
         return;
+      }
+      if (uploaded_since_progress_ >= kProgressBytes || assembler_.complete()) {
+        last_progress_ = StallWatchdog::Clock::now();
+        uploaded_since_progress_ = 0;
       }
       if (assembler_.complete() && !job_started_) {
         job_started_ = job_running_ = true;
@@ -517,7 +561,7 @@ class TransposeService::StreamCall final
           ResultSentLocked()
               ? "the result was sent, but the client did not half-close "
                 "its side of the stream (ending the upload) for "
-              : "the call moved no data either way for ",
+              : "the call moved less than 64 KiB either way in ",
           absl::FormatDuration(idle),
           ", past the server's limit for an idle stream (",
           absl::FormatDuration(limit), ")")));
@@ -603,8 +647,13 @@ class TransposeService::StreamCall final
   bool upload_ended_short_ = false;
   absl::Status short_upload_status_;
   bool done_ = false;
-  // When a message last came in or went out, or the job last finished.
+  // Progress: an upload's last byte, or kProgressBytes of it since the last
+  // progress, so that a trickle of small messages (a byte, or none, each
+  // minute) does not hold a declared matrix's admission past the idle limit;
+  // a response message sent; the job's end.
+  static constexpr size_t kProgressBytes = 64 << 10;
   StallWatchdog::Clock::time_point last_progress_ = StallWatchdog::Clock::now();
+  size_t uploaded_since_progress_ = 0;
 };
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

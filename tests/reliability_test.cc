@@ -669,6 +669,42 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
   EXPECT_TRUE(Transpose(*client, 4096, 4096).ok());
 }
 
+// A trickle of messages too small to be progress (a byte each, as a slowloris
+// client keeps a declared matrix's admission) does not keep a stream alive:
+// progress is 64 KiB moved, or the upload's last byte.
+TEST_F(ReliabilityTest, ATrickleOfBytesDoesNotKeepAStreamAlive) {
+  auto server = Start({"--stream_idle_seconds=1"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(40));
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(stream->Write(Header(1536, 1024)));
+  ASSERT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 6.0 * kMiB),
+            6.0 * kMiB);
+  // A byte every 100 ms, until the server has ended the call (or 10 s pass).
+  v1::TransposeRequest byte;
+  byte.set_data(std::string(1, '\1'));
+  while (absl::Now() - start < absl::Seconds(10) &&
+         Gauge(*server, kDeadlines) < 1 && stream->Write(byte)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const absl::Duration lasted = absl::Now() - start;
+  v1::TransposeResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("less than 64 KiB"));
+  EXPECT_GE(lasted, absl::Milliseconds(900));
+  EXPECT_LT(lasted, absl::Seconds(5));
+  EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
+  EXPECT_EQ(AwaitGauge(*server, kDeadlines, 1), 1);
+}
+
 // A client that reads its whole result but never half-closes: its call cannot
 // end OK (more data could follow), but its job's buffers and admission go back
 // as soon as the result is out, long before the idle limit ends the call.

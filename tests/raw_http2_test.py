@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The server against a client speaking HTTP/2 directly (python3-h2), doing what gRPC's own
+clients never do: it answers pings, so keepalive finds its connection alive, but grants no
+flow-control window, so a reply of more than 64 KiB never goes out. Such a reply would hold its
+job's buffers and admission for good; the server cancels it after --stream_idle_seconds.
+
+Usage: raw_http2_test.py --server PATH_TO_transpose_server
+"""
+import argparse
+import socket
+import struct
+import subprocess
+import sys
+import time
+import unittest
+import urllib.request
+
+import h2.config
+import h2.connection
+import h2.events
+
+ARGS = None
+
+
+def start_server(*flags):
+    """The server on free loopback ports: its port and its metrics URL."""
+    server = subprocess.Popen(
+        [ARGS.server, "--backend=cpu", "--address=127.0.0.1:0",
+         "--metrics_address=127.0.0.1:0", "--log_level=error", *flags],
+        stdout=subprocess.PIPE, text=True)
+    listening = server.stdout.readline()
+    metrics = server.stdout.readline()
+    if not listening.startswith("listening on ") or not metrics.startswith("metrics on "):
+        server.kill()
+        raise RuntimeError(f"the server did not start: {listening!r} {metrics!r}")
+    port = int(listening.strip().rsplit(":", 1)[1])
+    return server, port, "http://" + metrics.strip().rsplit(" ", 1)[1] + "/metrics"
+
+
+def metric(url, sample):
+    for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def varint(value):
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def field(number, wire_type, payload):
+    key = varint(number << 3 | wire_type)
+    if wire_type == 0:
+        return key + varint(payload)
+    return key + varint(len(payload)) + payload
+
+
+def transpose_request(rows, cols):
+    """A TransposeRequest of a rows x cols float32 matrix, as a gRPC length-prefixed message."""
+    shape = field(2, 0, rows) + field(3, 0, cols)
+    message = field(1, 0, 1) + field(2, 2, shape) + field(3, 2, b"\x01" * (rows * cols * 4))
+    return b"\x00" + struct.pack(">I", len(message)) + message
+
+
+class WithheldWindowTest(unittest.TestCase):
+    def setUp(self):
+        self.server, self.port, self.metrics = start_server("--stream_idle_seconds=1")
+        self.addCleanup(self.stop)
+
+    def stop(self):
+        self.server.kill()
+        self.server.wait(timeout=30)
+        self.server.stdout.close()
+
+    def await_metric(self, sample, value, timeout):
+        deadline = time.monotonic() + timeout
+        while metric(self.metrics, sample) != value:
+            if time.monotonic() > deadline:
+                self.fail(f"{sample} is {metric(self.metrics, sample)}, not {value}")
+            time.sleep(0.05)
+
+    def test_an_unread_unary_reply_is_cancelled_and_gives_back_its_admission(self):
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        self.addCleanup(sock.close)
+        connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        connection.initiate_connection()
+        sock.sendall(connection.data_to_send())
+        stream = connection.get_next_available_stream_id()
+        connection.send_headers(stream, [
+            (":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{self.port}"),
+            (":path", "/transpose.v1.TransposeService/Transpose"),
+            ("content-type", "application/grpc"), ("te", "trailers")])
+        body = transpose_request(1024, 1024)  # 4 MiB each way.
+        sent = 0
+        ended = None
+        start = time.monotonic()
+        # Sends the request as the server's window allows; reads what comes, acknowledging pings
+        # (h2 does so itself) and settings, and no data: the server's window for its reply stays
+        # at the 64 KiB HTTP/2 starts with.
+        while ended is None and time.monotonic() - start < 30:
+            while sent < len(body):
+                window = min(connection.local_flow_control_window(stream),
+                             connection.max_outbound_frame_size)
+                if window == 0:
+                    break
+                chunk = body[sent:sent + window]
+                sent += len(chunk)
+                connection.send_data(stream, chunk, end_stream=sent == len(body))
+            sock.sendall(connection.data_to_send())
+            sock.settimeout(0.2)
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                break
+            for event in connection.receive_data(data):
+                if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    ended = event
+            sock.sendall(connection.data_to_send())
+            if sent == len(body) and metric(self.metrics, "transpose_admitted_bytes") == 0 \
+                    and metric(self.metrics, 'transpose_requests_total{code="DEADLINE_EXCEEDED",'
+                                             'method="Transpose"}') == 1:
+                break
+        self.assertEqual(sent, len(body))
+        # The server cancelled the reply (RST_STREAM), gave back the job's admission, and counted
+        # the call as timed out, while this connection stayed open.
+        self.await_metric("transpose_admitted_bytes", 0, timeout=10)
+        self.await_metric('transpose_requests_total{code="DEADLINE_EXCEEDED",method="Transpose"}',
+                          1, timeout=10)
+        self.assertGreaterEqual(time.monotonic() - start, 1)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
