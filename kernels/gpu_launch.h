@@ -29,12 +29,17 @@ enum class Kernel : int {
   // Output windows shifted per row to start on 32-byte sectors, for output
   // rows that are not sector-aligned (4- and 8-byte elements); needs CanSkew.
   kSkewed,
+  // Whole matrices staged in shared memory, read and written as flat runs:
+  // batches of small matrices that tiles would leave mostly partial; needs
+  // TakesSmallMatrices.
+  kSmallMatrices,
 };
 
 // Every kernel, in the order tables list them.
 inline constexpr Kernel kAllKernels[] = {
-    Kernel::kNaive,      Kernel::kShared, Kernel::kPadded32, Kernel::kPadded64,
-    Kernel::kPadded64x8, Kernel::kVector, Kernel::kWord,     Kernel::kSkewed};
+    Kernel::kNaive,    Kernel::kShared,     Kernel::kPadded32,
+    Kernel::kPadded64, Kernel::kPadded64x8, Kernel::kVector,
+    Kernel::kWord,     Kernel::kSkewed,     Kernel::kSmallMatrices};
 
 // The kernel's name, as metrics label it ("padded_64x8").
 const char* KernelNameOf(Kernel kernel);
@@ -54,6 +59,10 @@ TileShape VectorTileOf(const TransposeArgs& args);
 bool CanUseWords(const TransposeArgs& args);
 // Whether kSkewed can run `args`: 4- or 8-byte elements.
 bool CanSkew(const TransposeArgs& args);
+// Whether kSmallMatrices can run `args`: one matrix, its columns padded to an
+// odd length, fits kSmallMatricesSharedBytes.
+bool TakesSmallMatrices(const TransposeArgs& args);
+inline constexpr size_t kSmallMatricesSharedBytes = 16 << 10;
 
 // How a kernel walks its tiles and loads its input; AUTO picks it per shape
 // (kernels/gpu_transpose.cc). Only the tunable kernels take it

@@ -64,7 +64,12 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 
 }  // namespace
 
-// AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): the
+// AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): for
+// matrices of at most 16 KiB that 32 x 32 tiles would leave mostly partial
+// (batches of 63 x 65, 31 x 33, 15 x 17, 48 x 80), the whole matrices in shared
+// memory (4-byte 81-82% of memcpy against 35-77% for padded_32, 8- and 16-byte
+// 97-100% against 93%, 1- and 2-byte 27% and 48% against 18-25% and 38-46%:
+// attempt 32). Otherwise the
 // vector kernel for 1- and 2-byte elements where its 16-byte accesses are
 // possible and its tiles mostly full (else the word kernel for bytes; a batch
 // of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for 16-byte elements
@@ -77,6 +82,9 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 // sector-aligned and the padded 64 x 64 tile with 64 x 8 threads for those
 // that are.
 Kernel AutoKernel(const TransposeArgs& args) {
+  if (TakesSmallMatrices(args) && FullTileFraction(args, 32, 32) < 0.9) {
+    return Kernel::kSmallMatrices;
+  }
   switch (args.element_size) {
     case 1:
       if (VectorTilesMostlyFull(args)) return Kernel::kVector;
@@ -152,6 +160,8 @@ const char* KernelNameOf(Kernel kernel) {
       return "word";
     case Kernel::kSkewed:
       return "skewed";
+    case Kernel::kSmallMatrices:
+      return "small_matrices";
   }
   return "unknown";
 }

@@ -481,6 +481,103 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+// q = n / d for 32-bit n and d (Granlund and Montgomery): a multiply-high, an
+// add and a shift, where a division takes about twenty instructions.
+struct Divider {
+  uint32_t magic = 1, shift = 0;
+  explicit Divider(uint32_t d) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>(
+        ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t Div(uint32_t n) const {
+    return static_cast<uint32_t>((uint64_t{__umulhi(magic, n)} + n) >> shift);
+  }
+};
+
+// Batches of small matrices, each staged whole in shared memory: a block takes
+// `per_block` matrices, reads their elements as one flat, coalesced run,
+// stores each element at its transposed place (column c of matrix m at m *
+// cols * stride + c * stride, `stride` = rows rounded up to odd, so that the 32
+// stores of a warp, a row's consecutive columns, fall on 32 banks), and writes
+// the output as one flat run. No tile has an edge: on the H200 the 32 x 32
+// tiles, which leave a third of their blocks one column wide over 63 x 65
+// matrices, read 61-77% of memcpy for 4-byte batches of 15 x 17 to 65 x 63
+// matrices, this 81-82% (docs/BENCHMARKS.md, attempt 32). Each thread steps
+// its (matrix, row, column) by the block's width rather than dividing for
+// every element (41% with two divisions each). 16-byte chunks (a block's edge
+// chunks element by element), pipelining the next group's loads under this
+// one's writes, or swizzled instead of padded columns read no faster.
+template <typename T, int NT>
+__global__ void __launch_bounds__(NT)
+    SmallMatricesTranspose(const T* __restrict__ in, T* __restrict__ out,
+                           uint32_t rows, uint32_t cols, uint32_t stride,
+                           uint32_t per_block, uint64_t batch, uint64_t group0,
+                           Divider div_cols, Divider div_rows, Divider div_n) {
+  constexpr int kLoads = 4;  // In flight per thread.
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* tile = reinterpret_cast<T*>(shared_bytes);
+  const uint32_t n = rows * cols, plane = cols * stride;
+  const uint64_t m0 = (group0 + blockIdx.x) * per_block;
+  const uint32_t total =
+      static_cast<uint32_t>(min(uint64_t{per_block}, batch - m0)) * n;
+  const T* src = in + m0 * n;
+  T* dst = out + m0 * n;
+  // A thread's step of NT elements, in matrices, rows and columns.
+  const uint32_t step_m = div_n.Div(NT), step_in_matrix = NT - step_m * n;
+  const uint32_t step_r = div_cols.Div(step_in_matrix),
+                 step_c = step_in_matrix - step_r * cols;
+  uint32_t m = div_n.Div(threadIdx.x), w = threadIdx.x - m * n;
+  uint32_t r = div_cols.Div(w), c = w - r * cols;
+  for (uint32_t base = 0; base < total; base += NT * kLoads) {
+    T v[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const uint32_t i = base + u * NT + threadIdx.x;
+      if (i < total) v[u] = src[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const uint32_t i = base + u * NT + threadIdx.x;
+      if (i < total) tile[m * plane + c * stride + r] = v[u];
+      c += step_c;
+      r += step_r;
+      m += step_m;
+      if (c >= cols) {
+        c -= cols;
+        ++r;
+      }
+      if (r >= rows) {
+        r -= rows;
+        ++m;
+      }
+    }
+  }
+  __syncthreads();
+  // The output's order: rows within columns. NT elements are step_m
+  // matrices, then step_out_c columns and step_out_r rows.
+  const uint32_t step_out_c = div_rows.Div(step_in_matrix),
+                 step_out_r = step_in_matrix - step_out_c * rows;
+  m = div_n.Div(threadIdx.x);
+  w = threadIdx.x - m * n;
+  c = div_rows.Div(w);
+  r = w - c * rows;
+  for (uint32_t j = threadIdx.x; j < total; j += NT) {
+    dst[j] = tile[m * plane + c * stride + r];
+    r += step_out_r;
+    c += step_out_c;
+    m += step_m;
+    if (r >= rows) {
+      r -= rows;
+      ++c;
+    }
+    if (c >= cols) {
+      c -= cols;
+      ++m;
+    }
+  }
+}
+
 struct LaunchShape {
   int tile;
   int block_rows;
@@ -676,6 +773,32 @@ cudaError_t LaunchSkewed(const TransposeArgs& args, cudaStream_t stream) {
                      CeilDiv(args.cols, 64));
 }
 
+// Groups of whole matrices, as many as fit kSmallMatricesSharedBytes, one per
+// block, in grids of at most 2^31 - 1 blocks.
+template <typename T>
+cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
+                                cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const uint32_t rows = static_cast<uint32_t>(args.rows),
+                 cols = static_cast<uint32_t>(args.cols), stride = rows | 1;
+  const uint64_t matrix_bytes = uint64_t{cols} * stride * sizeof(T);
+  const uint32_t per_block = static_cast<uint32_t>(
+      std::min<uint64_t>(args.batch, kSmallMatricesSharedBytes / matrix_bytes));
+  const uint64_t groups = CeilDiv(args.batch, per_block);
+  const size_t shared = per_block * matrix_bytes;
+  for (uint64_t g0 = 0; g0 < groups; g0 += 0x7fffffff) {
+    SmallMatricesTranspose<T, kThreads>
+        <<<static_cast<unsigned>(std::min<uint64_t>(0x7fffffff, groups - g0)),
+           kThreads, shared, stream>>>(
+            static_cast<const T*>(args.input), static_cast<T*>(args.output),
+            rows, cols, stride, per_block, args.batch, g0, Divider(cols),
+            Divider(rows), Divider(rows * cols));
+    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
+      return error;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 namespace {
@@ -699,6 +822,17 @@ bool CanVectorize(const TransposeArgs& args) {
 
 bool CanSkew(const TransposeArgs& args) {
   return args.element_size == 4 || args.element_size == 8;
+}
+
+bool TakesSmallMatrices(const TransposeArgs& args) {
+  // Past 2^32 rows or columns the product below could wrap; such matrices are
+  // far from small anyway.
+  if (args.element_size == 0 || args.rows == 0 || args.cols == 0 ||
+      args.rows >= (uint64_t{1} << 32) || args.cols >= (uint64_t{1} << 32)) {
+    return false;
+  }
+  const uint64_t stride = args.rows | 1;
+  return args.cols * stride <= kSmallMatricesSharedBytes / args.element_size;
 }
 
 TileShape VectorTileOf(const TransposeArgs& args) {
@@ -732,6 +866,8 @@ size_t SharedMemoryBytes(Kernel kernel, size_t element_size) {
   if (kernel == Kernel::kNaive || kernel == Kernel::kVector ||
       kernel == Kernel::kWord || kernel == Kernel::kSkewed)
     return 0;
+  // At most, for any shape it takes.
+  if (kernel == Kernel::kSmallMatrices) return kSmallMatricesSharedBytes;
   const LaunchShape shape = ShapeOf(kernel);
   return static_cast<size_t>(shape.tile) * (shape.tile + shape.pad) *
          element_size;
@@ -780,6 +916,22 @@ int Launch(Kernel kernel, const TransposeArgs& args, void* stream,
   if (kernel == Kernel::kWord) {
     if (!CanUseWords(args)) return cudaErrorInvalidValue;
     return LaunchWord(args, cuda_stream, tuning);
+  }
+  if (kernel == Kernel::kSmallMatrices) {
+    if (!TakesSmallMatrices(args)) return cudaErrorInvalidValue;
+    switch (args.element_size) {
+      case 1:
+        return LaunchSmallMatrices<uint8_t>(args, cuda_stream);
+      case 2:
+        return LaunchSmallMatrices<uint16_t>(args, cuda_stream);
+      case 4:
+        return LaunchSmallMatrices<uint32_t>(args, cuda_stream);
+      case 8:
+        return LaunchSmallMatrices<uint64_t>(args, cuda_stream);
+      case 16:
+        return LaunchSmallMatrices<Element16>(args, cuda_stream);
+    }
+    return cudaErrorInvalidValue;
   }
   if (kernel == Kernel::kSkewed) {
     switch (args.element_size) {

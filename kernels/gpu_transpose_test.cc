@@ -171,7 +171,9 @@ bool KernelTakes(internal::Kernel kernel, size_t element_size,
   return !(
       (kernel == internal::Kernel::kVector && !internal::CanVectorize(probe)) ||
       (kernel == internal::Kernel::kWord && !internal::CanUseWords(probe)) ||
-      (kernel == internal::Kernel::kSkewed && !internal::CanSkew(probe)));
+      (kernel == internal::Kernel::kSkewed && !internal::CanSkew(probe)) ||
+      (kernel == internal::Kernel::kSmallMatrices &&
+       !internal::TakesSmallMatrices(probe)));
 }
 
 TEST_P(GpuInternalKernelTest, MatchesCpuReference) {
@@ -194,7 +196,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(
         ::testing::Values(internal::Kernel::kVector, internal::Kernel::kWord,
                           internal::Kernel::kSkewed,
-                          internal::Kernel::kPadded64x8),
+                          internal::Kernel::kPadded64x8,
+                          internal::Kernel::kSmallMatrices),
         ::testing::Values(1, 2, 4, 8, 16),
         ::testing::Values(Shape{1, 64, 64}, Shape{1, 1000, 1000},
                           Shape{3, 72, 136}, Shape{1, 16, 4096},
@@ -203,7 +206,10 @@ INSTANTIATE_TEST_SUITE_P(
                           Shape{1, 1000, 1}, Shape{1, 31, 33},
                           Shape{3, 65, 129}, Shape{1, 4097, 4099},
                           Shape{2, 129, 4095}, Shape{2, 4112, 272},
-                          Shape{5, 72, 48})),
+                          Shape{5, 72, 48},
+                          // Groups of small matrices, the last one partial.
+                          Shape{1000, 15, 17}, Shape{37, 63, 65},
+                          Shape{4099, 3, 5}, Shape{9, 64, 1})),
     InternalCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136

@@ -92,6 +92,40 @@ TEST(AutoKernelTest, VectorWhereItsTilesAreMostlyFull) {
   EXPECT_EQ(kernel(2, 16, 72, 200), internal::Kernel::kPadded64x8);
 }
 
+// Matrices of at most 16 KiB that 32 x 32 tiles would leave mostly partial
+// are staged whole; those the tiles cover, or larger ones, are tiled.
+TEST(AutoKernelTest, SmallMatricesWhereTilesWouldBeMostlyPartial) {
+  const auto kernel = [](size_t element_size, uint64_t batch, uint64_t rows,
+                         uint64_t cols) {
+    return internal::AutoKernel({element_size, batch, rows, cols,
+                                 reinterpret_cast<void*>(256),
+                                 reinterpret_cast<void*>(uintptr_t{1} << 40)});
+  };
+  for (size_t element_size : {1, 2, 4}) {
+    EXPECT_EQ(kernel(element_size, 2048, 63, 65),
+              internal::Kernel::kSmallMatrices)
+        << element_size;
+  }
+  EXPECT_EQ(kernel(4, 32768, 15, 17), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(kernel(4, 4096, 48, 80), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(kernel(8, 4096, 31, 33), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(kernel(16, 2048, 31, 33), internal::Kernel::kSmallMatrices);
+  // Whole 32 x 32 tiles.
+  EXPECT_EQ(kernel(4, 4096, 64, 64), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(kernel(1, 1000, 64, 64), internal::Kernel::kWord);
+  // Past 16 KiB: 8-byte 63 x 65 (32 KiB), 16-byte 63 x 65.
+  EXPECT_EQ(kernel(8, 1024, 63, 65), internal::Kernel::kPadded32);
+  EXPECT_EQ(kernel(16, 512, 63, 65), internal::Kernel::kVector);
+  EXPECT_EQ(kernel(4, 512, 127, 129), internal::Kernel::kPadded32);
+  // The odd column count of a padded column: 64 rows take 65 places.
+  EXPECT_TRUE(internal::TakesSmallMatrices(
+      {4, 1, 63, 65, reinterpret_cast<void*>(256), nullptr}));
+  EXPECT_FALSE(internal::TakesSmallMatrices(
+      {4, 1, 64, 64, reinterpret_cast<void*>(256), nullptr}));
+  EXPECT_FALSE(internal::TakesSmallMatrices(
+      {4, 1, uint64_t{1} << 32, 1, reinterpret_cast<void*>(256), nullptr}));
+}
+
 // Refused before anything reaches the device.
 TEST(TuningTest, TheUntunableKernelsRefuseTunings) {
   const TransposeArgs args{4, 1, 64, 64, nullptr, nullptr};

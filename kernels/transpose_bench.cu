@@ -222,12 +222,21 @@ int Run(const char* json_path, bool quick, const char* only) {
     cases.push_back({"16x(2048x2048)", size, 16, 2048, 2048});
   }
   // Batches of odd matrices, small and middling: where AUTO switches from
-  // the padded tile to the skewed kernel.
+  // whole matrices in shared memory to the padded tile, then to the skewed
+  // kernel.
   for (uint64_t n : {63, 127, 255, 511}) {
     const uint64_t batch = (32 << 20) / (4 * n * (n + 2));
     cases.push_back({std::to_string(batch) + "x(" + std::to_string(n) + "x" +
                          std::to_string(n + 2) + ")",
                      4, batch, n, n + 2});
+  }
+  // Batches of small matrices that 32 x 32 tiles leave mostly partial, 32 MiB
+  // each way: AUTO stages them whole in shared memory.
+  const uint64_t tiny = (32 << 20) / (4 * 15 * 17);
+  cases.push_back({std::to_string(tiny) + "x(15x17)", 4, tiny, 15, 17});
+  for (size_t size : {1, 2, 8, 16}) {
+    const uint64_t batch = (32 << 20) / (size * 31 * 33);
+    cases.push_back({std::to_string(batch) + "x(31x33)", size, batch, 31, 33});
   }
 
   if (only != nullptr) {
