@@ -47,7 +47,7 @@ absl::Status Invalid(absl::string_view what) {
 }
 
 // The Python literal that follows 'key': in the header dict, up to the matching
-// delimiter.
+// delimiter; a string without its quotes, a tuple with its parentheses.
 absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
                                             absl::string_view key) {
   // Python's literal syntax, which NumPy reads the dict with, takes either
@@ -77,7 +77,7 @@ absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
     end = rest.find(')');
     if (end == absl::string_view::npos)
       return Invalid("unterminated shape in header");
-    return rest.substr(1, end - 1);
+    return rest.substr(0, end + 1);
   }
   end = rest.find_first_of(",}");
   return absl::StripTrailingAsciiWhitespace(rest.substr(0, end));
@@ -206,17 +206,27 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view file,
     return Invalid(absl::StrCat("fortran_order ", fortran, " does not parse"));
   }
   header.fortran_order = fortran == "True";
-  TRANSPOSE_ASSIGN_OR_RETURN(absl::string_view shape_text,
+  TRANSPOSE_ASSIGN_OR_RETURN(const absl::string_view shape_value,
                              DictValue(dict, "shape"));
-  // A Python tuple of integers: "()", "(3,)", "(3, 4)" or "(3, 4,)".
+  // A Python tuple of integers: "()", "(3,)", "(3, 4)" or "(3, 4,)"; "(3)" and
+  // "3" are integers.
+  absl::string_view shape_text = shape_value;
+  const auto not_a_tuple = [&shape_value] {
+    return Invalid(absl::StrCat("shape ", shape_value, " is not a tuple"));
+  };
+  if (!absl::ConsumePrefix(&shape_text, "(") ||
+      !absl::ConsumeSuffix(&shape_text, ")")) {
+    return not_a_tuple();
+  }
   std::vector<absl::string_view> parts = absl::StrSplit(shape_text, ',');
   const auto blank = [](absl::string_view part) {
     return absl::StripAsciiWhitespace(part).empty();
   };
   if (parts.size() == 1 && blank(parts[0])) {
     parts.clear();
-  } else if (parts.size() >= 2 && blank(parts.back()) &&
-             !blank(parts[parts.size() - 2])) {
+  } else if (parts.size() == 1) {
+    return not_a_tuple();
+  } else if (blank(parts.back()) && !blank(parts[parts.size() - 2])) {
     parts.pop_back();
   }
   std::vector<uint64_t> dims;

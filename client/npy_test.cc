@@ -265,6 +265,10 @@ TEST(NpyTest, RejectsWhatItCannotTranspose) {
        "does not parse"},
       {File("'descr': '<f4', 'fortran_order': False, 'shape': (3, 4)", 48),
        "not a dict literal"},
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': (12), }", 48),
+       "shape (12) is not a tuple"},
+      {File("{'descr': '<f4', 'fortran_order': False, 'shape': 12, }", 48),
+       "shape 12 is not a tuple"},
   };
   for (const Case& c : cases) {
     absl::Status status = ParseNpyHeader(c.file).status();

@@ -66,23 +66,25 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): for
 // matrices of at most 16 KiB that 32 x 32 tiles would leave mostly partial
-// (batches of 63 x 65, 31 x 33, 15 x 17, 48 x 80), the whole matrices in shared
-// memory (4-byte 81-82% of memcpy against 35-77% for padded_32, 8- and 16-byte
-// 97-100% against 93%, 1- and 2-byte 27% and 48% against 18-25% and 38-46%:
-// attempt 32). Otherwise the
-// vector kernel for 1- and 2-byte elements where its 16-byte accesses are
-// possible and its tiles mostly full (else the word kernel for bytes; a batch
-// of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for 16-byte elements
-// wherever its accesses are possible. For
-// 4- and 8-byte elements: where most 64 x 64 tiles would be partial (small
-// odd matrices, often batched), the 32 x 32 tile, which wastes less (4-byte
-// batches of 63 x 65 to 511 x 513: 87-100% of memcpy, against 74-94% for the
-// 64 x 64 tile and 30-80% for the skewed kernel, whose edge tiles take its
-// slow path); otherwise the skewed kernel for output rows that are not
-// sector-aligned and the padded 64 x 64 tile with 64 x 8 threads for those
-// that are.
+// (batches of 63 x 65, 31 x 33, 15 x 17), the whole matrices in shared memory
+// (run62: 4-byte 63 x 65 82% of memcpy and 15 x 17 98%, against 77% and 42%
+// for padded_32; 31 x 33 1-byte 31.5% against 20%, 2-byte 56% against 39%,
+// 8-byte 112% against 107%, 16-byte 119% against 111%: attempt 32), but not
+// 1- and 2-byte matrices the vector kernel's tiles mostly cover (its 64 x 64
+// 2-byte tiles read 102.5% on batches of 64 x 64, small_matrices 49%).
+// Otherwise the vector kernel for 1- and 2-byte elements where its 16-byte
+// accesses are possible and its tiles mostly full (else the word kernel for
+// bytes; a batch of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for
+// 16-byte elements wherever its accesses are possible. For 4- and 8-byte
+// elements: where most 64 x 64 tiles would be partial (small odd matrices,
+// often batched), the 32 x 32 tile, which wastes less (4-byte batches of 63 x
+// 65 to 511 x 513: 87-100% of memcpy, against 74-94% for the 64 x 64 tile and
+// 30-80% for the skewed kernel, whose edge tiles take its slow path); otherwise
+// the skewed kernel for output rows that are not sector-aligned and the padded
+// 64 x 64 tile with 64 x 8 threads for those that are.
 Kernel AutoKernel(const TransposeArgs& args) {
-  if (TakesSmallMatrices(args) && FullTileFraction(args, 32, 32) < 0.9) {
+  if (TakesSmallMatrices(args) && FullTileFraction(args, 32, 32) < 0.9 &&
+      !(args.element_size <= 2 && VectorTilesMostlyFull(args))) {
     return Kernel::kSmallMatrices;
   }
   switch (args.element_size) {

@@ -827,8 +827,9 @@ bool CanSkew(const TransposeArgs& args) {
 bool TakesSmallMatrices(const TransposeArgs& args) {
   // Past 2^32 rows or columns the product below could wrap; such matrices are
   // far from small anyway.
-  if (args.element_size == 0 || args.rows == 0 || args.cols == 0 ||
-      args.rows >= (uint64_t{1} << 32) || args.cols >= (uint64_t{1} << 32)) {
+  if (args.element_size == 0 || args.batch == 0 || args.rows == 0 ||
+      args.cols == 0 || args.rows >= (uint64_t{1} << 32) ||
+      args.cols >= (uint64_t{1} << 32)) {
     return false;
   }
   const uint64_t stride = args.rows | 1;

@@ -112,6 +112,10 @@ TEST(AutoKernelTest, SmallMatricesWhereTilesWouldBeMostlyPartial) {
   EXPECT_EQ(kernel(16, 2048, 31, 33), internal::Kernel::kSmallMatrices);
   // Whole 32 x 32 tiles.
   EXPECT_EQ(kernel(4, 4096, 64, 64), internal::Kernel::kPadded64x8);
+  // Mostly partial 32 x 32 tiles, but 2-byte ones the vector kernel's 64 x 64
+  // tiles mostly cover.
+  EXPECT_EQ(kernel(2, 1000, 64, 72), internal::Kernel::kVector);
+  EXPECT_EQ(kernel(1, 1000, 64, 72), internal::Kernel::kSmallMatrices);
   EXPECT_EQ(kernel(1, 1000, 64, 64), internal::Kernel::kWord);
   // Past 16 KiB: 8-byte 63 x 65 (32 KiB), 16-byte 63 x 65.
   EXPECT_EQ(kernel(8, 1024, 63, 65), internal::Kernel::kPadded32);

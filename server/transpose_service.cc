@@ -471,18 +471,21 @@ class TransposeService::StreamCall final
         }
         return;
       }
-      uploaded_since_progress_ += request_.Length();
       if (absl::Status status = AddMessage(
               request_, service_.options_.max_message_bytes, assembler_);
           !status.ok()) {
         FinishLocked(status);
         return;
       }
-      if (uploaded_since_progress_ >= kProgressBytes || assembler_.complete()) {
+      // Only the matrix's bytes count: repeated headers and empty messages,
+      // before the upload's end or after it, are no progress.
+      const bool completes_upload = assembler_.complete() && !job_started_;
+      if (assembler_.received_bytes() - progress_at_bytes_ >= kProgressBytes ||
+          completes_upload) {
         last_progress_ = StallWatchdog::Clock::now();
-        uploaded_since_progress_ = 0;
+        progress_at_bytes_ = assembler_.received_bytes();
       }
-      if (assembler_.complete() && !job_started_) {
+      if (completes_upload) {
         job_started_ = job_running_ = true;
         job_to_run = assembler_.job().get();
       }
@@ -647,13 +650,13 @@ class TransposeService::StreamCall final
   bool upload_ended_short_ = false;
   absl::Status short_upload_status_;
   bool done_ = false;
-  // Progress: an upload's last byte, or kProgressBytes of it since the last
-  // progress, so that a trickle of small messages (a byte, or none, each
-  // minute) does not hold a declared matrix's admission past the idle limit;
-  // a response message sent; the job's end.
-  static constexpr size_t kProgressBytes = 64 << 10;
+  // Progress: kProgressBytes of the matrix since the last progress, or its
+  // last byte, so that a trickle of small messages (a byte, an empty one or
+  // a repeated header each second) does not hold a declared matrix's
+  // admission past the idle limit; a response message sent; the job's end.
+  static constexpr uint64_t kProgressBytes = 64 << 10;
   StallWatchdog::Clock::time_point last_progress_ = StallWatchdog::Clock::now();
-  size_t uploaded_since_progress_ = 0;
+  uint64_t progress_at_bytes_ = 0;  // The matrix's bytes at the last progress.
 };
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

@@ -671,7 +671,8 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
 
 // A trickle of messages too small to be progress (a byte each, as a slowloris
 // client keeps a declared matrix's admission) does not keep a stream alive:
-// progress is 64 KiB moved, or the upload's last byte.
+// progress is 64 KiB of the matrix, or its last byte. Nor do empty messages
+// after the upload, from a client that does not read its result.
 TEST_F(ReliabilityTest, ATrickleOfBytesDoesNotKeepAStreamAlive) {
   auto server = Start({"--stream_idle_seconds=1"});
   ASSERT_NE(server, nullptr);
@@ -703,6 +704,33 @@ TEST_F(ReliabilityTest, ATrickleOfBytesDoesNotKeepAStreamAlive) {
   EXPECT_LT(lasted, absl::Seconds(5));
   EXPECT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 0), 0);
   EXPECT_EQ(AwaitGauge(*server, kDeadlines, 1), 1);
+
+  // The whole 64 MiB sent, the result not read, an empty message every
+  // 100 ms.
+  grpc::ClientContext unread;
+  unread.set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(40));
+  stream = stub->TransposeStream(&unread);
+  v1::TransposeRequest request = Header(4096, 4096);
+  for (int i = 0; i < 64; ++i) {
+    request.set_data(std::string(kMiB, '\3'));
+    ASSERT_TRUE(stream->Write(request));
+    request.Clear();
+  }
+  const absl::Time uploaded = absl::Now();
+  const v1::TransposeRequest empty;
+  while (absl::Now() - uploaded < absl::Seconds(15) &&
+         Gauge(*server, kDeadlines) < 2 && stream->Write(empty)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_LT(absl::Now() - uploaded, absl::Seconds(8));
+  EXPECT_EQ(AwaitGauge(*server, kDeadlines, 2), 2);
+  EXPECT_EQ(
+      AwaitGauge(*server, "transpose_admitted_bytes", 0, absl::Seconds(10)), 0);
+  unread.TryCancel();
+  while (stream->Read(&response)) {
+  }
+  stream->Finish();
 }
 
 // A client that reads its whole result but never half-closes: its call cannot
