@@ -20,17 +20,30 @@ void PrintTo(const Tuning& tuning, std::ostream* out) {
 }  // namespace internal
 namespace {
 
+// Arguments of a shape, with aligned buffers: AUTO's choices read nothing
+// else.
+TransposeArgs ArgsOf(size_t element_size, uint64_t batch, uint64_t rows,
+                     uint64_t cols) {
+  return {element_size,
+          batch,
+          rows,
+          cols,
+          reinterpret_cast<void*>(256),
+          reinterpret_cast<void*>(uintptr_t{1} << 40)};
+}
+
+// AUTO's kernel for a shape.
+internal::Kernel AutoKernelOf(size_t element_size, uint64_t batch,
+                              uint64_t rows, uint64_t cols) {
+  return internal::AutoKernel(ArgsOf(element_size, batch, rows, cols));
+}
+
 // AUTO's tuning is a function of the shape alone (no device needed); the
 // figures behind it are in docs/BENCHMARKS.md.
 TEST(AutoTuningTest, EvictLastFrom64MiBAndGroupsFor16ByteElementsIn128KiBRows) {
   const auto tuning = [](size_t element_size, uint64_t batch, uint64_t rows,
                          uint64_t cols) {
-    const TransposeArgs args{element_size,
-                             batch,
-                             rows,
-                             cols,
-                             reinterpret_cast<void*>(256),
-                             reinterpret_cast<void*>(uintptr_t{1} << 40)};
+    const TransposeArgs args = ArgsOf(element_size, batch, rows, cols);
     return internal::AutoTuning(internal::AutoKernel(args), args);
   };
   // Under 64 MiB: the default.
@@ -69,58 +82,46 @@ TEST(AutoTuningTest, EvictLastFrom64MiBAndGroupsFor16ByteElementsIn128KiBRows) {
 // AUTO's kernel is a function of the shape too: the vector kernel where its
 // 16-byte accesses are possible and its tiles mostly full.
 TEST(AutoKernelTest, VectorWhereItsTilesAreMostlyFull) {
-  const auto kernel = [](size_t element_size, uint64_t batch, uint64_t rows,
-                         uint64_t cols) {
-    return internal::AutoKernel({element_size, batch, rows, cols,
-                                 reinterpret_cast<void*>(256),
-                                 reinterpret_cast<void*>(uintptr_t{1} << 40)});
-  };
-  EXPECT_EQ(kernel(1, 1, 8192, 8192), internal::Kernel::kVector);
-  EXPECT_EQ(kernel(1, 1, 4096, 4096), internal::Kernel::kVector);
+  EXPECT_EQ(AutoKernelOf(1, 1, 8192, 8192), internal::Kernel::kVector);
+  EXPECT_EQ(AutoKernelOf(1, 1, 4096, 4096), internal::Kernel::kVector);
   // Multiples of 4, not 16; then not even of 4.
-  EXPECT_EQ(kernel(1, 1, 8192, 8196), internal::Kernel::kWord);
-  EXPECT_EQ(kernel(1, 1, 8191, 8192), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1, 8192, 8196), internal::Kernel::kWord);
+  EXPECT_EQ(AutoKernelOf(1, 1, 8191, 8192), internal::Kernel::kPadded64x8);
   // Mostly partial 128 x 256 tiles.
-  EXPECT_EQ(kernel(1, 1000, 64, 64), internal::Kernel::kWord);
+  EXPECT_EQ(AutoKernelOf(1, 1000, 64, 64), internal::Kernel::kWord);
   // 2-byte batches of 64 x 64 take 64 x 64 tiles.
-  EXPECT_EQ(kernel(2, 4096, 64, 64), internal::Kernel::kVector);
+  EXPECT_EQ(AutoKernelOf(2, 4096, 64, 64), internal::Kernel::kVector);
   EXPECT_EQ(internal::VectorTileOf({2, 4096, 64, 64, nullptr, nullptr}).cols,
             64u);
   EXPECT_EQ(internal::VectorTileOf({2, 1, 64, 128, nullptr, nullptr}).cols,
             128u);
-  EXPECT_EQ(kernel(2, 1, 8192, 8192), internal::Kernel::kVector);
-  EXPECT_EQ(kernel(2, 16, 72, 200), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(2, 1, 8192, 8192), internal::Kernel::kVector);
+  EXPECT_EQ(AutoKernelOf(2, 16, 72, 200), internal::Kernel::kPadded64x8);
 }
 
 // Matrices of at most 16 KiB that 32 x 32 tiles would leave mostly partial
 // are staged whole; those the tiles cover, or larger ones, are tiled.
 TEST(AutoKernelTest, SmallMatricesWhereTilesWouldBeMostlyPartial) {
-  const auto kernel = [](size_t element_size, uint64_t batch, uint64_t rows,
-                         uint64_t cols) {
-    return internal::AutoKernel({element_size, batch, rows, cols,
-                                 reinterpret_cast<void*>(256),
-                                 reinterpret_cast<void*>(uintptr_t{1} << 40)});
-  };
   for (size_t element_size : {1, 2, 4}) {
-    EXPECT_EQ(kernel(element_size, 2048, 63, 65),
+    EXPECT_EQ(AutoKernelOf(element_size, 2048, 63, 65),
               internal::Kernel::kSmallMatrices)
         << element_size;
   }
-  EXPECT_EQ(kernel(4, 32768, 15, 17), internal::Kernel::kSmallMatrices);
-  EXPECT_EQ(kernel(4, 4096, 48, 80), internal::Kernel::kSmallMatrices);
-  EXPECT_EQ(kernel(8, 4096, 31, 33), internal::Kernel::kSmallMatrices);
-  EXPECT_EQ(kernel(16, 2048, 31, 33), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(4, 32768, 15, 17), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(4, 4096, 48, 80), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(8, 4096, 31, 33), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(16, 2048, 31, 33), internal::Kernel::kSmallMatrices);
   // Whole 32 x 32 tiles.
-  EXPECT_EQ(kernel(4, 4096, 64, 64), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(4, 4096, 64, 64), internal::Kernel::kPadded64x8);
   // Mostly partial 32 x 32 tiles, but 2-byte ones the vector kernel's 64 x 64
   // tiles mostly cover.
-  EXPECT_EQ(kernel(2, 1000, 64, 72), internal::Kernel::kVector);
-  EXPECT_EQ(kernel(1, 1000, 64, 72), internal::Kernel::kSmallMatrices);
-  EXPECT_EQ(kernel(1, 1000, 64, 64), internal::Kernel::kWord);
+  EXPECT_EQ(AutoKernelOf(2, 1000, 64, 72), internal::Kernel::kVector);
+  EXPECT_EQ(AutoKernelOf(1, 1000, 64, 72), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(1, 1000, 64, 64), internal::Kernel::kWord);
   // Past 16 KiB: 8-byte 63 x 65 (32 KiB), 16-byte 63 x 65.
-  EXPECT_EQ(kernel(8, 1024, 63, 65), internal::Kernel::kPadded32);
-  EXPECT_EQ(kernel(16, 512, 63, 65), internal::Kernel::kVector);
-  EXPECT_EQ(kernel(4, 512, 127, 129), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(8, 1024, 63, 65), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(16, 512, 63, 65), internal::Kernel::kVector);
+  EXPECT_EQ(AutoKernelOf(4, 512, 127, 129), internal::Kernel::kPadded32);
   // The odd column count of a padded column: 64 rows take 65 places.
   EXPECT_TRUE(internal::TakesSmallMatrices(
       {4, 1, 63, 65, reinterpret_cast<void*>(256), nullptr}));
