@@ -495,28 +495,6 @@ struct Divider {
   }
 };
 
-// Moves a position (m, outer, inner), matrix m's element at `outer` x
-// `inner_size` + `inner`, on by (step_m, step_outer, step_inner), each step
-// less than its size: one carry at most from each index to the next.
-__device__ __forceinline__ void Advance(uint32_t& m, uint32_t& outer,
-                                        uint32_t& inner, uint32_t step_m,
-                                        uint32_t step_outer,
-                                        uint32_t step_inner,
-                                        uint32_t outer_size,
-                                        uint32_t inner_size) {
-  inner += step_inner;
-  outer += step_outer;
-  m += step_m;
-  if (inner >= inner_size) {
-    inner -= inner_size;
-    ++outer;
-  }
-  if (outer >= outer_size) {
-    outer -= outer_size;
-    ++m;
-  }
-}
-
 // Batches of small matrices, each staged whole in shared memory: a block takes
 // `per_block` matrices, reads their elements as one flat, coalesced run,
 // stores each element at its transposed place (column c of matrix m at m *
@@ -562,7 +540,17 @@ __global__ void __launch_bounds__(NT)
     for (int u = 0; u < kLoads; ++u) {
       const uint32_t i = base + u * NT + threadIdx.x;
       if (i < total) tile[m * plane + c * stride + r] = v[u];
-      Advance(m, r, c, step_m, step_r, step_c, rows, cols);
+      c += step_c;
+      r += step_r;
+      m += step_m;
+      if (c >= cols) {
+        c -= cols;
+        ++r;
+      }
+      if (r >= rows) {
+        r -= rows;
+        ++m;
+      }
     }
   }
   __syncthreads();
@@ -576,7 +564,17 @@ __global__ void __launch_bounds__(NT)
   r = w - c * rows;
   for (uint32_t j = threadIdx.x; j < total; j += NT) {
     dst[j] = tile[m * plane + c * stride + r];
-    Advance(m, c, r, step_m, step_out_c, step_out_r, cols, rows);
+    r += step_out_r;
+    c += step_out_c;
+    m += step_m;
+    if (r >= rows) {
+      r -= rows;
+      ++c;
+    }
+    if (c >= cols) {
+      c -= cols;
+      ++m;
+    }
   }
 }
 
