@@ -289,8 +289,8 @@ TEST_F(ReliabilityTest, AdmissionLimitsRefuseAtOnceAndCancellingGivesBack) {
   absl::Status busy = Transpose(*client, 1024, 1024);  // 4 MiB: over the limit.
   EXPECT_EQ(busy.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(busy.message(), HasSubstr("server busy"));
-  EXPECT_LT(absl::Now() - asked,
-            absl::Seconds(2));  // Refused at once, not queued.
+  // Refused at once, not queued until the held upload ends (it does not).
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
   EXPECT_TRUE(Transpose(*client, 512, 512).ok());  // 1 MiB fits.
 
   held.TryCancel();
@@ -602,9 +602,9 @@ TEST_F(ReliabilityTest, AStalledStreamIsEndedAndGivesBackItsAdmission) {
     // Without the watchdog, the call would wait for this.
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(40));
-    std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
-    // The server's idle time starts after this, when the header arrives.
+    // The server's idle time starts when the call does.
     const absl::Time stalled = absl::Now();
+    std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
     ASSERT_TRUE(stream->Write(Header(1536, 1024)));
     ASSERT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 6.0 * kMiB),
               6.0 * kMiB);
@@ -683,8 +683,8 @@ TEST_F(ReliabilityTest, ATrickleOfBytesDoesNotKeepAStreamAlive) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(40));
-  std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
   const absl::Time start = absl::Now();
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&context);
   ASSERT_TRUE(stream->Write(Header(1536, 1024)));
   ASSERT_EQ(AwaitGauge(*server, "transpose_admitted_bytes", 6.0 * kMiB),
             6.0 * kMiB);
@@ -725,7 +725,8 @@ TEST_F(ReliabilityTest, ATrickleOfBytesDoesNotKeepAStreamAlive) {
          Gauge(*server, kDeadlines) < 2 && stream->Write(empty)) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  EXPECT_LT(absl::Now() - uploaded, absl::Seconds(8));
+  // Ended by the server, not by this loop's 15 s.
+  EXPECT_LT(absl::Now() - uploaded, absl::Seconds(13));
   EXPECT_EQ(AwaitGauge(*server, kDeadlines, 2), 2);
   EXPECT_EQ(
       AwaitGauge(*server, "transpose_admitted_bytes", 0, absl::Seconds(10)), 0);

@@ -747,7 +747,18 @@ TEST(RequestIdTest, NamesACallInItsErrorAndInTheServersLog) {
   // it sent none, or one with a space, or one far too long (those two are
   // quoted in the log, escaped and cut).
   // Their eight failures log in a window of their own: the server logs at
-  // most ten a second.
+  // most ten a second. The unary calls above are counted and logged once their
+  // reply is out, which may be after their caller has it: the window starts
+  // after the last of them.
+  EXPECT_EQ(
+      (*server)->AwaitMetric("transpose_requests_total{code="
+                             "\"RESOURCE_EXHAUSTED\",method=\"Transpose\"}",
+                             3),
+      3);
+  EXPECT_EQ(
+      (*server)->AwaitMetric(
+          "transpose_requests_total{code=\"OK\",method=\"Transpose\"}", 1),
+      1);
   absl::SleepFor(absl::Milliseconds(1100));
   std::vector<std::string> returned;
   for (const std::optional<std::string>& sent :
