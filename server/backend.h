@@ -4,6 +4,7 @@
 #ifndef TRANSPOSE_SERVER_BACKEND_H_
 #define TRANSPOSE_SERVER_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -107,7 +108,10 @@ class Backend {
   virtual const BackendInfo& info() const = 0;
   // False once the device has had a fault that makes its results untrustworthy.
   virtual bool healthy() const = 0;
-  // Jobs running or waiting for a stream.
+  // Jobs created and not yet done: uploading, waiting to run, or running. A
+  // job still uploading counts, because it will run here: a large upload
+  // takes longer than its transpose, and the headers that arrive meanwhile
+  // should go to a backend with fewer such jobs.
   virtual int load() const = 0;
 
   // OK when this backend can run `spec`; UNIMPLEMENTED for an algorithm it
@@ -117,6 +121,27 @@ class Backend {
   // not there.
   virtual absl::StatusOr<std::unique_ptr<TransposeJob>> CreateJob(
       const TransposeSpec& spec, uint64_t bytes) = 0;
+};
+
+// A job's share of its backend's load(): one from the job's creation until
+// Release (when the job is done) or its destruction, whichever comes first.
+class JobLoad {
+ public:
+  explicit JobLoad(std::atomic<int>& load) : load_(&load) {
+    load.fetch_add(1, std::memory_order_relaxed);
+  }
+  JobLoad(const JobLoad&) = delete;
+  JobLoad& operator=(const JobLoad&) = delete;
+  ~JobLoad() { Release(); }
+
+  void Release() {
+    if (std::atomic<int>* load = load_.exchange(nullptr)) {
+      load->fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  std::atomic<std::atomic<int>*> load_;
 };
 
 }  // namespace transpose

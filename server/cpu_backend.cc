@@ -71,6 +71,7 @@ class CpuBackend::Job final : public TransposeJob {
   Job(CpuBackend& backend, const TransposeSpec& spec, uint64_t bytes,
       bool from_pieces, BufferPool::Buffer input, BufferPool::Buffer output)
       : backend_(backend),
+        load_(backend.load_),
         bytes_(bytes),
         from_pieces_(from_pieces),
         input_(std::move(input)),
@@ -123,7 +124,6 @@ class CpuBackend::Job final : public TransposeJob {
   }
 
   void Run(JobDoneCallback done) override {
-    backend_.load_.fetch_add(1, std::memory_order_relaxed);
     run_at_ = absl::Now();
     done_ = std::move(done);
     const uint64_t total_rows = args_.batch * args_.rows;
@@ -330,7 +330,7 @@ class CpuBackend::Job final : public TransposeJob {
                   backend_.info_.copy_bandwidth_bytes_per_second, stats_);
     if (result.ok())
       backend_.metrics_.RecordKernel(*backend_.series_, stats_, bytes_);
-    backend_.load_.fetch_sub(1, std::memory_order_relaxed);
+    load_.Release();
     // No band reads the input any more: its copy goes back now, not when the
     // job goes (which waits for the reply to be sent).
     input_.Reset();
@@ -340,6 +340,7 @@ class CpuBackend::Job final : public TransposeJob {
   }
 
   CpuBackend& backend_;
+  JobLoad load_;
   const uint64_t bytes_;
   const bool from_pieces_;
   BufferPool::Buffer input_;

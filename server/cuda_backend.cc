@@ -174,6 +174,7 @@ class CudaBackend::Job final : public TransposeJob {
   Job(CudaBackend& backend, const TransposeSpec& spec, uint64_t bytes,
       BufferPool::Buffer host, BufferPool::Buffer mapped_output)
       : backend_(backend),
+        load_(backend.load_),
         spec_(spec),
         bytes_(bytes),
         host_(std::move(host)),
@@ -193,14 +194,13 @@ class CudaBackend::Job final : public TransposeJob {
   const TransposeStats& stats() const override { return stats_; }
 
   void Run(JobDoneCallback done) override {
-    backend_.load_.fetch_add(1, std::memory_order_relaxed);
     backend_.workers_->Schedule(
         [this, queued = absl::Now(), done = std::move(done)]() mutable {
           stats_.queue_seconds = absl::ToDoubleSeconds(absl::Now() - queued);
           absl::Status status =
               backend_.Execute(spec_, bytes_, host_.data(), result(), stats_);
           stats_.total_seconds = absl::ToDoubleSeconds(absl::Now() - created_);
-          backend_.load_.fetch_sub(1, std::memory_order_relaxed);
+          load_.Release();
           std::move(done)(std::move(status));
         });
   }
@@ -211,6 +211,7 @@ class CudaBackend::Job final : public TransposeJob {
   }
 
   CudaBackend& backend_;
+  JobLoad load_;
   const TransposeSpec spec_;
   const uint64_t bytes_;
   BufferPool::Buffer host_;

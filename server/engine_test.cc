@@ -331,6 +331,47 @@ TEST(EngineTest, CpuBackendTransposesAndRecordsMetrics) {
           "backend=\"cpu\"} 2"));
 }
 
+// A job counts in its backend's load from its creation, not only while it
+// runs: headers that arrive while a large upload is still coming go to the
+// other backend, rather than to whichever the rotation names.
+TEST(EngineTest, AJobStillUploadingCountsInItsBackendsLoad) {
+  prometheus::Registry registry_a, registry_b;
+  Metrics metrics_a(registry_a, "test"), metrics_b(registry_b, "test");
+  CpuBackendOptions cpu_options;
+  cpu_options.calibration_bytes = 1 << 20;
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(std::make_unique<CpuBackend>(cpu_options, metrics_a));
+  backends.push_back(std::make_unique<CpuBackend>(cpu_options, metrics_b));
+  Engine engine(std::move(backends), EngineOptions{});
+  const auto loads = [&engine] {
+    return std::vector<int>{engine.backends()[0]->load(),
+                            engine.backends()[1]->load()};
+  };
+  const TransposeSpec spec{
+      DataType::kInt32, {1, 64, 64}, kernels::Algorithm::kAuto};
+
+  absl::StatusOr<std::unique_ptr<TransposeJob>> uploading =
+      engine.CreateJob(spec);
+  ASSERT_TRUE(uploading.ok()) << uploading.status();
+  const std::vector<int> one = loads();
+  ASSERT_EQ(one[0] + one[1], 1);
+  const int other = one[0] == 1 ? 1 : 0;
+  // Every job created meanwhile goes to the other backend.
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<std::unique_ptr<TransposeJob>> next = engine.CreateJob(spec);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(engine.backends()[other]->load(), 1) << i;
+    EXPECT_EQ(engine.backends()[1 - other]->load(), 1) << i;
+  }
+  // A job destroyed without running no longer counts; nor does one that is
+  // done, while its result is still being sent.
+  EXPECT_EQ(loads(), one);
+  const std::vector<int32_t> input(64 * 64, 7);
+  (*uploading)->AppendInput({AsBytes(input)}, nullptr);
+  ASSERT_TRUE(RunAndWait(**uploading).ok());
+  EXPECT_EQ(loads(), std::vector<int>({0, 0}));
+}
+
 class CpuBackendTest : public ::testing::Test {
  protected:
   CpuBackendTest()
