@@ -108,6 +108,10 @@ size_t SharedMemoryBytes(Kernel kernel, size_t element_size);
 // the context with a sticky cudaErrorIllegalAddress.
 int LaunchFaultForTesting(void* stream);
 
+// Testing only: launches a one-thread kernel that runs for `seconds` doing
+// nothing, as a hung kernel would (a device that stops answering).
+int LaunchSpinForTesting(void* stream, double seconds);
+
 // Launches `kernel` with `tuning` on `stream`; returns the cudaError_t of the
 // launch as an int (0 on success; cudaErrorInvalidValue for a tuning the kernel
 // does not support).

@@ -803,11 +803,29 @@ cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
 
 namespace {
 __global__ void WriteToInvalidAddress(uint64_t* target) { *target = 1; }
+
+__device__ uint64_t GlobalTimerNs() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+__global__ void SpinFor(uint64_t ns) {
+  const uint64_t start = GlobalTimerNs();
+  while (GlobalTimerNs() - start < ns) {
+  }
+}
 }  // namespace
 
 int LaunchFaultForTesting(void* stream) {
   WriteToInvalidAddress<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(
       reinterpret_cast<uint64_t*>(uintptr_t{8}));
+  return cudaGetLastError();
+}
+
+int LaunchSpinForTesting(void* stream, double seconds) {
+  SpinFor<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<uint64_t>(seconds * 1e9));
   return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "kernels/gpu_transpose.h"
 #include "server/buffer_pool.h"
 #include "server/core/log.h"
+#include "server/core/notification.h"
 #include "server/core/process.h"
 #include "server/core/retry.h"
 #include "server/core/status_macros.h"
@@ -107,6 +109,9 @@ struct Slot {
   cudaEvent_t copied_out = nullptr;
   // The same, for jobs long enough that the stream thread should sleep on it.
   cudaEvent_t copied_out_sleeping = nullptr;
+  // When its job took it; InfiniteFuture while free. Guarded by the backend's
+  // mutex_.
+  absl::Time busy_since = absl::InfiniteFuture();
 };
 
 class CudaBackend final : public Backend {
@@ -142,6 +147,11 @@ class CudaBackend final : public Backend {
                        uint8_t* input, uint8_t* output, TransposeStats& stats);
   // Marks the device unhealthy after a sticky error.
   absl::Status Check(cudaError_t error, absl::string_view what);
+  // Marks the device unhealthy, once, saying why.
+  void TakeOutOfService(absl::string_view why);
+  // Until the backend goes: takes the device out of service once a job has
+  // held its stream longer than options_.hang_limit.
+  void WatchForHangs();
   // What calls get once the device is unhealthy.
   absl::Status OutOfServiceError() const;
 
@@ -164,6 +174,8 @@ class CudaBackend final : public Backend {
   // stream, up to options_.max_idle_device_bytes.
   cudaMemPool_t device_pool_ = nullptr;
   std::atomic<int> jobs_started_{0};
+  Notification stop_hang_watch_;
+  std::thread hang_watch_;
   // Destroyed first: joins the stream threads before the slots go.
   std::unique_ptr<WorkerPool> workers_;
 };
@@ -333,10 +345,15 @@ absl::Status CudaBackend::Init() {
   workers_ = std::make_unique<WorkerPool>(
       info_.streams, [device = device_](int) { cudaSetDevice(device); },
       options_.stream_thread_spin);
+  if (options_.hang_limit > absl::ZeroDuration()) {
+    hang_watch_ = std::thread([this] { WatchForHangs(); });
+  }
   return absl::OkStatus();
 }
 
 CudaBackend::~CudaBackend() {
+  stop_hang_watch_.Notify();
+  if (hang_watch_.joinable()) hang_watch_.join();
   workers_.reset();
   const ScopedDevice scoped_device(device_);
   for (Slot& slot : slots_) {
@@ -421,12 +438,14 @@ Slot& CudaBackend::AcquireSlot() {
   std::lock_guard<std::mutex> lock(mutex_);
   Slot* slot = free_slots_.back();
   free_slots_.pop_back();
+  slot->busy_since = absl::Now();
   series_->busy_streams->Increment();
   return *slot;
 }
 
 void CudaBackend::ReleaseSlot(Slot& slot) {
   std::lock_guard<std::mutex> lock(mutex_);
+  slot.busy_since = absl::InfiniteFuture();
   free_slots_.push_back(&slot);
   series_->busy_streams->Decrement();
 }
@@ -435,18 +454,49 @@ absl::Status CudaBackend::Check(cudaError_t error, absl::string_view what) {
   // Once per device: the line (and transpose_backend_healthy's 0) an operator
   // looks for when one GPU of a pod stops serving while the others go on
   // (health turns NOT_SERVING only when none is left).
-  if (error != cudaSuccess && IsStickyCudaError(error) &&
-      healthy_.exchange(false)) {
-    series_->healthy->Set(0);
-    Log(LogLevel::kError,
-        "%s: %s (%s) in %s: the device is out of service until the server "
-        "restarts",
-        info_.name, cudaGetErrorName(error), cudaGetErrorString(error), what);
+  if (error != cudaSuccess && IsStickyCudaError(error)) {
+    TakeOutOfService(absl::StrFormat("%s (%s) in %s", cudaGetErrorName(error),
+                                     cudaGetErrorString(error), what));
   }
   // A kernel launch checks for errors with cudaGetLastError, which would
   // otherwise report this one against the next job on this thread.
   if (error != cudaSuccess && !IsStickyCudaError(error)) cudaGetLastError();
   return CudaStatus(error, what);
+}
+
+void CudaBackend::TakeOutOfService(absl::string_view why) {
+  if (!healthy_.exchange(false)) return;
+  series_->healthy->Set(0);
+  Log(LogLevel::kError,
+      "%s: %s: the device is out of service until the server restarts",
+      info_.name, why);
+}
+
+void CudaBackend::WatchForHangs() {
+  const absl::Duration limit = options_.hang_limit;
+  const absl::Duration period =
+      std::clamp(limit / 4, absl::Milliseconds(10), absl::Seconds(1));
+  while (!stop_hang_watch_.WaitForNotificationWithTimeout(period)) {
+    absl::Time oldest = absl::InfiniteFuture();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const Slot& slot : slots_) {
+        oldest = std::min(oldest, slot.busy_since);
+      }
+    }
+    const absl::Duration running = absl::Now() - oldest;
+    if (running > limit) {
+      // Nothing can stop the job: its thread and buffers stay with it. Health
+      // turns NOT_SERVING once no device is left, and the orchestrator
+      // restarts the process.
+      TakeOutOfService(absl::StrFormat(
+          "a job has held its stream for %s, past the %s a job may take (a "
+          "kernel or copy that does not end)",
+          absl::FormatDuration(absl::Trunc(running, absl::Milliseconds(100))),
+          absl::FormatDuration(limit)));
+      return;
+    }
+  }
 }
 
 absl::StatusOr<void*> CudaBackend::AllocateOnDevice(uint64_t bytes,
@@ -517,9 +567,14 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
   }
   TRANSPOSE_RETURN_IF_ERROR(kernels::CanImplement(spec.algorithm, args));
 
+  const int jobs_before = jobs_started_.fetch_add(1);
   if (options_.testing_fault_after_jobs > 0 &&
-      jobs_started_.fetch_add(1) >= options_.testing_fault_after_jobs) {
+      jobs_before >= options_.testing_fault_after_jobs) {
     kernels::internal::LaunchFaultForTesting(stream);
+  }
+  if (options_.testing_hang_after_jobs > 0 &&
+      jobs_before >= options_.testing_hang_after_jobs) {
+    kernels::internal::LaunchSpinForTesting(stream, 30);
   }
   // On the host buffers there are no copies, and no events to time them.
   cudaEvent_t copied_in = on_host ? slot.start : slot.copied_in;

@@ -26,8 +26,18 @@ struct CudaBackendOptions {
   // the ceiling that large transposes are measured against: on an H200, 256 MiB
   // copies ran at 3.96 TB/s and 1 GiB copies at 4.2.
   uint64_t calibration_bytes = uint64_t{1} << 30;
+  // A job on a stream longer than this takes the device out of service, as a
+  // sticky fault does: a kernel or copy that never ends (a device that stops
+  // answering, with no error) would otherwise hold its stream, and its
+  // caller's admission, for good while health said SERVING. Jobs take
+  // milliseconds to seconds (a 4 GiB matrix crosses PCIe in about 0.2 s each
+  // way). Zero: never.
+  absl::Duration hang_limit = absl::Seconds(60);
   // Testing only: after this many jobs, run a faulting kernel (0: never).
   int testing_fault_after_jobs = 0;
+  // Testing only: after this many jobs, each job first runs a kernel that
+  // spins for 30 s (0: never).
+  int testing_hang_after_jobs = 0;
   // Testing only: the shared memory per block taken for the device's (0: the
   // device's own), to show refusals that today's large GPUs never need.
   size_t testing_max_shared_bytes_per_block = 0;

@@ -67,6 +67,11 @@ ABSL_FLAG(int, streams_per_device, 4,
           "CUDA streams (concurrent requests) per GPU (0 counts as 1); CPU "
           "workers for the cpu backend (0: one per usable core: the CPU "
           "affinity's, within the cgroup's CPU limit).");
+ABSL_FLAG(double, gpu_hang_seconds, 60,
+          "A GPU job that holds its stream longer than this (a kernel or copy "
+          "that does not end) takes its device out of service, as a fault "
+          "does: health turns NOT_SERVING once no device is left, for the "
+          "liveness probe to restart the process. 0: never.");
 ABSL_FLAG(int, cpu_threads, 0,
           "Threads one CPU transpose uses (0: one per usable core).");
 ABSL_FLAG(
@@ -115,6 +120,10 @@ ABSL_FLAG(std::string, testing_nvidia_device_dir, "/dev",
           "Testing only: where the NVIDIA GPUs this process may use appear as "
           "nvidiaN device files, which --backend=auto warns of when it cannot "
           "use them.");
+ABSL_FLAG(int, testing_cuda_hang_after_jobs, 0,
+          "Testing only: after this many jobs, each GPU job first runs a "
+          "kernel that spins for 30 s, as a hung device would, to exercise "
+          "--gpu_hang_seconds.");
 ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
           "Testing only: after this many jobs, each GPU runs a kernel that "
           "faults (a sticky CUDA error), to exercise fault handling.");
@@ -190,8 +199,11 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
     options.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
     options.max_idle_pinned_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
     options.max_idle_device_bytes = absl::GetFlag(FLAGS_device_pool_bytes);
+    options.hang_limit = absl::Seconds(absl::GetFlag(FLAGS_gpu_hang_seconds));
     options.testing_fault_after_jobs =
         absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs);
+    options.testing_hang_after_jobs =
+        absl::GetFlag(FLAGS_testing_cuda_hang_after_jobs);
     return CreateCudaBackends(options, metrics);
   }
   if (kind == "auto") {
@@ -342,7 +354,9 @@ absl::Status CheckFlags() {
       {"max_concurrent_streams", absl::GetFlag(FLAGS_max_concurrent_streams),
        INT_MAX},
       {"testing_cuda_fault_after_jobs",
-       absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs), INT_MAX}};
+       absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs), INT_MAX},
+      {"testing_cuda_hang_after_jobs",
+       absl::GetFlag(FLAGS_testing_cuda_hang_after_jobs), INT_MAX}};
   for (const Count& count : counts) {
     if (count.value < 0 || count.value > count.max) {
       return absl::InvalidArgumentError(
@@ -424,6 +438,7 @@ absl::Status CheckFlags() {
        absl::GetFlag(FLAGS_testing_startup_delay_seconds), 0},
       {"stream_idle_seconds", absl::GetFlag(FLAGS_stream_idle_seconds), 1,
        true},
+      {"gpu_hang_seconds", absl::GetFlag(FLAGS_gpu_hang_seconds), 1, true},
       {"keepalive_seconds", absl::GetFlag(FLAGS_keepalive_seconds), 0.01},
       {"keepalive_timeout_seconds",
        absl::GetFlag(FLAGS_keepalive_timeout_seconds), 0.01},

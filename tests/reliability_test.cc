@@ -1371,6 +1371,7 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
                                  "--backend=gpu",
                                  "--max_transport_bytes=1048576",
                                  "--stream_idle_seconds=0.5",
+                                 "--gpu_hang_seconds=0.5",
                                  "--max_connection_age_seconds=0.5",
                                  "--tls_cert=cert.pem",
                                  "--tls_key=key.pem",
@@ -2007,6 +2008,71 @@ TEST_F(ReliabilityTest, APortInUseIsRefused) {
   EXPECT_EQ(code, 1) << text;
   EXPECT_THAT(text, HasSubstr("cannot listen on " + address));
   EXPECT_TRUE(Transpose(*Connect(*server), 8, 8).ok());
+}
+
+// With the CUDA backend (the GPU machine): a job that holds its stream past
+// --gpu_hang_seconds (here a kernel that spins for 30 s, as a device that stops
+// answering would) takes its device out of service, as a fault does: new calls
+// go to the devices left, then get UNAVAILABLE, and health turns NOT_SERVING,
+// for the liveness probe to restart the process. Before, the stream stayed
+// taken and health said SERVING. A job still hung counts in its device's load,
+// so each device takes one.
+TEST_F(ReliabilityTest, AHungGpuJobTakesTheDeviceOutOfService) {
+  if (ServerProcess::BackendFromEnvironment() != "cuda") {
+    GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
+  }
+  const ServerLog server_log;
+  auto server =
+      Start({"--testing_cuda_hang_after_jobs=1", "--gpu_hang_seconds=1",
+             "--streams_per_device=1", "--drain_seconds=1",
+             "--unready_seconds=0", "--log_level=warning"},
+            server_log.path());
+  ASSERT_NE(server, nullptr);
+  ClientOptions options;
+  options.target = server->address();
+  options.max_attempts = 1;
+  options.default_timeout = absl::Seconds(4);
+  auto client = *Client::Create(options);
+  absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const int devices = info->backends_size();
+  for (int i = 0; i < devices; ++i) {
+    EXPECT_TRUE(Transpose(*client, 64, 64).ok()) << "job " << i;
+  }
+  const absl::Time hung = absl::Now();
+  for (int i = 0; i < devices; ++i) {
+    EXPECT_EQ(Transpose(*client, 64, 64).code(),
+              absl::StatusCode::kDeadlineExceeded)
+        << "job " << devices + i;
+  }
+  for (int device = 0; device < devices; ++device) {
+    EXPECT_EQ(AwaitGauge(*server,
+                         absl::StrCat("transpose_backend_healthy{backend="
+                                      "\"cuda:",
+                                      device, "\"}"),
+                         0),
+              0)
+        << "cuda:" << device;
+  }
+  // Within the 30 s the kernel spins: the limit, not the kernel's end.
+  EXPECT_LT(absl::Now() - hung, absl::Seconds(15));
+  const absl::Status after = Transpose(*client, 64, 64);
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
+  EXPECT_THAT(after.message(),
+              HasSubstr("no backend of this server is in service"));
+  absl::SleepFor(absl::Milliseconds(1500));  // The server checks each second.
+  const absl::StatusOr<bool> serving = client->CheckHealth();
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_FALSE(*serving);
+  EXPECT_EQ(server->Stop(SIGTERM), 0);
+  const std::string log = server_log.Read();
+  for (int device = 0; device < devices; ++device) {
+    const std::string line =
+        absl::StrCat("ERROR cuda:", device, ": a job has held its stream for ");
+    EXPECT_THAT(log, HasSubstr(line)) << log;
+    EXPECT_EQ(log.find(line), log.rfind(line)) << log;
+  }
+  EXPECT_THAT(log, HasSubstr("past the 1s a job may take"));
 }
 
 // With the CUDA backend (the GPU machine): a device fault that poisons the CUDA
