@@ -842,6 +842,14 @@ int Run(const std::vector<char*>& positional) {
       Log(LogLevel::kError, "%s", tokens.status().ToString());
       return 1;
     }
+    // What an operator checks first when clients get UNAUTHENTICATED, or
+    // when tokens should be on and are not.
+    Log(LogLevel::kInfo, "bearer tokens: %d from --auth_token_file=%s%s",
+        tokens->size(), token_path,
+        server_options.tls_cert_chain_file.empty()
+            ? " over plaintext: they cross the network unencrypted (use "
+              "--tls_cert and --tls_key)"
+            : "");
     access_policy.tokens = *std::move(tokens);
   }
   AccessControl access(access_policy);

@@ -29,7 +29,8 @@ def kustomize_problem():
     recent enough (kubernetes-client 1.20's kustomize predates the Components the overlays use):
     the tests that render them are skipped, saying so, where the machine has none."""
     if shutil.which("kubectl") is None:
-        return "kubectl is not installed (1.21 or later renders the overlays' kustomize Components)"
+        return ("kubectl is not installed (1.22 or later renders the overlays: kustomize "
+                "Components, and the labels field of kustomize 4.1)")
     run = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True,
                          text=True)
     try:
@@ -37,9 +38,10 @@ def kustomize_problem():
         minor = int(re.match(r"\d+", version["minor"]).group(0))
     except (ValueError, KeyError, AttributeError):
         return None  # Let the renders say what is wrong with it.
-    if (int(version["major"]), minor) < (1, 21):
-        return (f"kubectl {version['gitVersion']} predates kustomize Components (1.21 or later "
-                "renders the overlays)")
+    # 1.21 has Components, but its kustomize 4.0.5 lacks the labels field (4.1).
+    if (int(version["major"]), minor) < (1, 22):
+        return (f"kubectl {version['gitVersion']} predates the labels field of kustomize 4.1 "
+                "(1.22 or later renders the overlays)")
     return None
 
 

@@ -387,6 +387,10 @@ TEST_F(SecurityTest, TokensAddedOrRemovedTakeEffectWithoutARestart) {
                         " changed and cannot be used (line 1 holds")));
   EXPECT_THAT(text, ::testing::HasSubstr("the tokens read before stay"));
   EXPECT_THAT(text, ::testing::HasSubstr(" changed: 2 tokens now"));
+  // The start-up line says tokens are on, and that they travel in the clear.
+  EXPECT_THAT(text, ::testing::HasSubstr(absl::StrCat(
+                        "bearer tokens: 1 from --auth_token_file=", file,
+                        " over plaintext")));
   EXPECT_EQ(code("new-token"), kOk);
   EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("new-token")));
 }
