@@ -104,12 +104,15 @@ absl::Status TransposeOnCpu(const TransposeArgs& args, int max_threads) {
 }
 
 absl::Status TransposeRowsOnCpu(const TransposeArgs& args,
-                                const RowRange& range) {
+                                const RowRange& range, int max_threads) {
   if (absl::Status status = CheckArgs(args); !status.ok()) return status;
   if (absl::Status status = CheckRowRange(args, range); !status.ok()) {
     return status;
   }
-  Dispatch(args, range, 1);
+  const uint64_t bytes =
+      (range.last - range.first) * args.cols * args.element_size;
+  Dispatch(args, range,
+           bytes < kParallelMinBytes ? 1 : CpuThreads(max_threads));
   return absl::OkStatus();
 }
 

@@ -27,12 +27,13 @@ struct RowRange {
   uint64_t last = 0;
 };
 
-// Transposes only the input rows in `range` (into the matching output columns),
-// on the calling thread: what a caller does while the rest of the input is
-// still arriving. Disjoint ranges may run concurrently. INVALID_ARGUMENT for
-// bad args or a range off the granule.
+// Transposes only the input rows in `range` (into the matching output columns):
+// what a caller does while the rest of the input is still arriving. Runs on up
+// to `max_threads` threads (0: one per core), by default on the calling thread
+// alone. Disjoint ranges may run concurrently. INVALID_ARGUMENT for bad args or
+// a range off the granule.
 absl::Status TransposeRowsOnCpu(const TransposeArgs& args,
-                                const RowRange& range);
+                                const RowRange& range, int max_threads = 1);
 
 // Input bytes [offset, offset + size) of a matrix (or batch), held at `data`
 // rather than in one buffer with the rest: how a transport delivers a message.

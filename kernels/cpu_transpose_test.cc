@@ -95,6 +95,21 @@ TEST(CpuTransposeTest, RowRangesAddUpToTheWholeTranspose) {
   }
 }
 
+// Ranges of long rows (a short, wide matrix's bands) split over threads too.
+TEST(CpuTransposeTest, RowRangesOnSeveralThreadsAddUpToTheWholeTranspose) {
+  std::mt19937 rng(7);
+  const std::vector<uint8_t> in = RandomBytes(4 * 200 * 20000, rng);
+  const std::vector<uint8_t> expected = Reference(in, 4, 1, 200, 20000);
+  for (int threads : {1, 2, 3, 0}) {
+    std::vector<uint8_t> out(in.size(), 0xA5);
+    const TransposeArgs args{4, 1, 200, 20000, in.data(), out.data()};
+    for (const RowRange& range : {RowRange{64, 200}, RowRange{0, 64}}) {
+      ASSERT_TRUE(TransposeRowsOnCpu(args, range, threads).ok()) << threads;
+    }
+    EXPECT_EQ(out, expected) << threads << " threads";
+  }
+}
+
 // The input as a transport delivers it: pieces of any size, each in its own
 // allocation, cutting through rows and cache lines.
 struct Pieces {

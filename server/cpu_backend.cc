@@ -279,19 +279,34 @@ class CpuBackend::Job final : public TransposeJob {
   // the transport's is held.
   absl::Status Transpose(kernels::RowRange range,
                          std::vector<HeldPiece> held) const {
-    // The whole matrix at once gets every thread; a band, one worker.
     const bool whole =
         range.first == 0 && range.last == args_.batch * args_.rows;
-    const int threads_per_job = backend_.options_.threads_per_job;
+    const int threads =
+        whole ? backend_.options_.threads_per_job : BandThreads(range);
     if (from_pieces_) {
       std::vector<kernels::InputPiece> pieces;
       pieces.reserve(held.size());
       for (const HeldPiece& piece : held) pieces.push_back(piece.piece);
       return kernels::TransposeRowsFromPiecesOnCpu(args_, range, pieces,
-                                                   whole ? threads_per_job : 1);
+                                                   threads);
     }
-    if (whole) return kernels::TransposeOnCpu(args_, threads_per_job);
-    return kernels::TransposeRowsOnCpu(args_, range);
+    if (whole) return kernels::TransposeOnCpu(args_, threads);
+    return kernels::TransposeRowsOnCpu(args_, range, threads);
+  }
+
+  // The whole matrix at once gets every thread of a job; a band, one worker,
+  // or one thread per whole incremental_band_bytes it holds where its rows are
+  // so long that its 64 rows hold several bands' worth: the last band of a
+  // short, wide matrix can be half of it (128 rows of 16 MiB: two 1 GiB bands),
+  // and on one thread its transpose would outlast the rest.
+  int BandThreads(kernels::RowRange range) const {
+    const uint64_t band_bytes = backend_.options_.incremental_band_bytes;
+    if (band_bytes == 0) return 1;
+    const uint64_t bytes =
+        (range.last - range.first) * args_.cols * args_.element_size;
+    const uint64_t bands = std::max<uint64_t>(1, bytes / band_bytes);
+    return static_cast<int>(std::min<uint64_t>(
+        bands, kernels::CpuThreads(backend_.options_.threads_per_job)));
   }
 
   // The band that ends the last job completes it, after releasing the lock:

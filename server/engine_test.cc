@@ -437,6 +437,26 @@ TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
   EXPECT_LT((*job)->stats().queue_seconds, 60);
 }
 
+// A short, wide matrix: each band's 64 rows hold 16 bands' bytes, and go to
+// several threads.
+TEST_F(CpuBackendTest, TransposesBandsOfLongRows) {
+  const MatrixShape shape{1, 200, 8192};  // 16 KiB rows, 3.2 MB of uint16.
+  const TransposeSpec spec{DataType::kUInt16, shape, kernels::Algorithm::kAuto};
+  const std::vector<uint16_t> input = RandomInput(shape, 11);
+  absl::StatusOr<std::unique_ptr<TransposeJob>> job =
+      backend_.CreateJob(spec, input.size() * 2);
+  ASSERT_TRUE(job.ok());
+  const absl::string_view bytes = AsBytes(input);
+  for (size_t offset = 0; offset < bytes.size();) {
+    const size_t n = std::min<size_t>(300007, bytes.size() - offset);
+    (*job)->AppendInput({bytes.substr(offset, n)}, nullptr);
+    offset += n;
+  }
+  absl::Status result = RunAndWait(**job);
+  ASSERT_TRUE(result.ok()) << result;
+  EXPECT_EQ(OutputOf(**job), Expected(input, shape));
+}
+
 // Bands running at once on several workers count once in the kernel time,
 // which therefore stays within the job's own time (summed, it was several
 // times longer).
