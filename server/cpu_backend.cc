@@ -294,14 +294,15 @@ class CpuBackend::Job final : public TransposeJob {
     return kernels::TransposeRowsOnCpu(args_, range, threads);
   }
 
-  // The whole matrix at once gets every thread of a job; a band, one worker,
-  // or one thread per whole incremental_band_bytes it holds where its rows are
-  // so long that its 64 rows hold several bands' worth: the last band of a
-  // short, wide matrix can be half of it (128 rows of 16 MiB: two 1 GiB bands),
-  // and on one thread its transpose would outlast the rest.
+  // The whole matrix at once gets every thread of a job; a band, one worker.
+  // The band with the last rows, which runs once the upload has ended, takes
+  // one thread per whole incremental_band_bytes it holds, up to the job's:
+  // where 64 rows hold many bands' worth, it can be half the matrix (128 rows
+  // of 16 MiB: two bands of 1 GiB), and on one thread it outlasted the rest.
+  // Bands during the upload keep one thread each, beside the transport's.
   int BandThreads(kernels::RowRange range) const {
     const uint64_t band_bytes = backend_.options_.incremental_band_bytes;
-    if (band_bytes == 0) return 1;
+    if (band_bytes == 0 || range.last != args_.batch * args_.rows) return 1;
     const uint64_t bytes =
         (range.last - range.first) * args_.cols * args_.element_size;
     const uint64_t bands = std::max<uint64_t>(1, bytes / band_bytes);

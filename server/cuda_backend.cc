@@ -94,6 +94,10 @@ class PinnedAllocator final : public MemoryAllocator {
   const int device_;
 };
 
+// How long the testing-only hang spins: past any --gpu_hang_seconds a test
+// sets, and short enough that the device is free again soon after.
+constexpr absl::Duration kTestingHang = absl::Seconds(30);
+
 float ElapsedMs(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0;
   cudaEventElapsedTime(&ms, from, to);
@@ -490,10 +494,9 @@ void CudaBackend::WatchForHangs() {
       // turns NOT_SERVING once no device is left, and the orchestrator
       // restarts the process.
       TakeOutOfService(absl::StrFormat(
-          "a job has held its stream for %s, past the %s a job may take (a "
-          "kernel or copy that does not end)",
-          absl::FormatDuration(absl::Trunc(running, absl::Milliseconds(100))),
-          absl::FormatDuration(limit)));
+          "a job has held its stream for %.1fs, past the %gs a job may take "
+          "(a kernel or copy that does not end)",
+          absl::ToDoubleSeconds(running), absl::ToDoubleSeconds(limit)));
       return;
     }
   }
@@ -574,7 +577,10 @@ absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
   }
   if (options_.testing_hang_after_jobs > 0 &&
       jobs_before >= options_.testing_hang_after_jobs) {
-    kernels::internal::LaunchSpinForTesting(stream, 30);
+    TRANSPOSE_RETURN_IF_ERROR(
+        Check(static_cast<cudaError_t>(kernels::internal::LaunchSpinForTesting(
+                  stream, absl::ToDoubleSeconds(kTestingHang))),
+              "testing hang"));
   }
   // On the host buffers there are no copies, and no events to time them.
   cudaEvent_t copied_in = on_host ? slot.start : slot.copied_in;

@@ -437,8 +437,9 @@ TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
   EXPECT_LT((*job)->stats().queue_seconds, 60);
 }
 
-// A short, wide matrix: each band's 64 rows hold 16 bands' bytes, and go to
-// several threads.
+// A short, wide matrix: each band's 64 rows hold 16 bands' bytes, and the last
+// band goes to the job's threads (several where the host has them); the
+// result is the same.
 TEST_F(CpuBackendTest, TransposesBandsOfLongRows) {
   const MatrixShape shape{1, 200, 8192};  // 16 KiB rows, 3.2 MB of uint16.
   const TransposeSpec spec{DataType::kUInt16, shape, kernels::Algorithm::kAuto};

@@ -71,7 +71,8 @@ ABSL_FLAG(double, gpu_hang_seconds, 60,
           "A GPU job that holds its stream longer than this (a kernel or copy "
           "that does not end) takes its device out of service, as a fault "
           "does: health turns NOT_SERVING once no device is left, for the "
-          "liveness probe to restart the process. 0: never.");
+          "liveness probe to restart the process. 0: never, else at least "
+          "1.");
 ABSL_FLAG(int, cpu_threads, 0,
           "Threads one CPU transpose uses (0: one per usable core).");
 ABSL_FLAG(

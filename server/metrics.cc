@@ -116,8 +116,8 @@ Metrics::Metrics(prometheus::Registry& registry, absl::string_view version)
           prometheus::BuildGauge()
               .Name("transpose_backend_healthy")
               .Help("1 while the backend takes jobs; 0 once a fault (a sticky "
-                    "CUDA error) took it out of service until the server "
-                    "restarts.")
+                    "CUDA error, or a job past --gpu_hang_seconds) took it out "
+                    "of service until the server restarts.")
               .Register(registry)),
       inflight_requests_(&prometheus::BuildGauge()
                               .Name("transpose_inflight_requests")

@@ -2039,23 +2039,23 @@ TEST_F(ReliabilityTest, AHungGpuJobTakesTheDeviceOutOfService) {
   for (int i = 0; i < devices; ++i) {
     EXPECT_TRUE(Transpose(*client, 64, 64).ok()) << "job " << i;
   }
-  const absl::Time hung = absl::Now();
+  const auto devices_in_service = [&server, devices] {
+    int in_service = 0;
+    for (int device = 0; device < devices; ++device) {
+      in_service += server->Metric(absl::StrCat(
+                        "transpose_backend_healthy{backend=\"cuda:", device,
+                        "\"}")) == 1.0;
+    }
+    return in_service;
+  };
   for (int i = 0; i < devices; ++i) {
     EXPECT_EQ(Transpose(*client, 64, 64).code(),
               absl::StatusCode::kDeadlineExceeded)
         << "job " << devices + i;
+    // The caller's 4 s end past the 1 s limit and long before the kernel's
+    // 30 s: its device is out of service by then, on the limit.
+    EXPECT_EQ(devices_in_service(), devices - 1 - i) << "job " << devices + i;
   }
-  for (int device = 0; device < devices; ++device) {
-    EXPECT_EQ(AwaitGauge(*server,
-                         absl::StrCat("transpose_backend_healthy{backend="
-                                      "\"cuda:",
-                                      device, "\"}"),
-                         0),
-              0)
-        << "cuda:" << device;
-  }
-  // Within the 30 s the kernel spins: the limit, not the kernel's end.
-  EXPECT_LT(absl::Now() - hung, absl::Seconds(15));
   const absl::Status after = Transpose(*client, 64, 64);
   EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
   EXPECT_THAT(after.message(),
