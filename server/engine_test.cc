@@ -406,6 +406,15 @@ std::vector<uint16_t> RandomInput(const MatrixShape& shape, uint32_t seed) {
   return input;
 }
 
+// The input in pieces of `piece_bytes` (the last shorter), as a stream's
+// messages bring it.
+void AppendInPieces(TransposeJob& job, absl::string_view bytes,
+                    size_t piece_bytes) {
+  for (size_t offset = 0; offset < bytes.size(); offset += piece_bytes) {
+    job.AppendInput({bytes.substr(offset, piece_bytes)}, nullptr);
+  }
+}
+
 std::vector<uint16_t> OutputOf(const TransposeJob& job) {
   std::vector<uint16_t> output(job.output().size() / 2);
   std::memcpy(output.data(), job.output().data(), job.output().size());
@@ -421,12 +430,7 @@ TEST_F(CpuBackendTest, TransposesBandsAsTheInputArrives) {
   absl::StatusOr<std::unique_ptr<TransposeJob>> job =
       backend_.CreateJob(spec, input.size() * 2);
   ASSERT_TRUE(job.ok());
-  const absl::string_view bytes = AsBytes(input);
-  for (size_t offset = 0; offset < bytes.size();) {
-    const size_t n = std::min<size_t>(100003, bytes.size() - offset);
-    (*job)->AppendInput({bytes.substr(offset, n)}, nullptr);
-    offset += n;
-  }
+  AppendInPieces(**job, AsBytes(input), 100003);
   absl::Status result = RunAndWait(**job);
   ASSERT_TRUE(result.ok()) << result;
   EXPECT_EQ(OutputOf(**job), Expected(input, shape));
@@ -447,12 +451,7 @@ TEST_F(CpuBackendTest, TransposesBandsOfLongRows) {
   absl::StatusOr<std::unique_ptr<TransposeJob>> job =
       backend_.CreateJob(spec, input.size() * 2);
   ASSERT_TRUE(job.ok());
-  const absl::string_view bytes = AsBytes(input);
-  for (size_t offset = 0; offset < bytes.size();) {
-    const size_t n = std::min<size_t>(300007, bytes.size() - offset);
-    (*job)->AppendInput({bytes.substr(offset, n)}, nullptr);
-    offset += n;
-  }
+  AppendInPieces(**job, AsBytes(input), 300007);
   absl::Status result = RunAndWait(**job);
   ASSERT_TRUE(result.ok()) << result;
   EXPECT_EQ(OutputOf(**job), Expected(input, shape));
