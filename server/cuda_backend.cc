@@ -143,7 +143,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> AllocateOnDevice(uint64_t bytes, cudaStream_t stream);
   // Publishes what device_pool_ holds from the device.
   void UpdateDeviceMemoryGauge();
-  // Runs one job on a stream thread: copy in, transpose, copy out, wait. With
+  // Runs one job on a stream thread (or fails it at once, on any thread, once
+  // the device is out of service): copy in, transpose, copy out, wait. With
   // `output` apart from `input` (both pinned), the kernel reads and writes the
   // host memory directly instead; otherwise the result comes back into
   // `input`.
@@ -419,7 +420,7 @@ absl::Status CudaBackend::CanRun(const TransposeSpec& spec) const {
 absl::Status CudaBackend::OutOfServiceError() const {
   return absl::UnavailableError(absl::StrCat(
       info_.name,
-      " is out of service after a fault (until the server restarts)"));
+      " is out of service after a fault or hang (until the server restarts)"));
 }
 
 absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
@@ -497,6 +498,10 @@ void CudaBackend::WatchForHangs() {
           "a job has held its stream for %.1fs, past the %gs a job may take "
           "(a kernel or copy that does not end)",
           absl::ToDoubleSeconds(running), absl::ToDoubleSeconds(limit)));
+      // The jobs queued for the streams, and those run later, fail now (out of
+      // service) instead of waiting for their callers' deadlines behind
+      // stream threads that may never come back.
+      workers_->RunTasksOnCallersFromNowOn();
       return;
     }
   }

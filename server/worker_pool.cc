@@ -34,13 +34,29 @@ WorkerPool::~WorkerPool() {
 
 void WorkerPool::Schedule(absl::AnyInvocable<void() &&> task) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (run_on_callers_) {
+      lock.unlock();
+      std::move(task)();
+      return;
+    }
     tasks_.push_back(std::move(task));
     queued_.fetch_add(1, std::memory_order_release);
   }
   // A spinning thread takes the task, or, if its spin has just ended, finds it
   // under the mutex before it sleeps: no wake-up is lost by skipping this one.
   if (!spinning_.load(std::memory_order_acquire)) ready_.notify_one();
+}
+
+void WorkerPool::RunTasksOnCallersFromNowOn() {
+  std::deque<absl::AnyInvocable<void() &&>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    run_on_callers_ = true;
+    queued.swap(tasks_);
+    queued_.store(0, std::memory_order_release);
+  }
+  for (absl::AnyInvocable<void() &&>& task : queued) std::move(task)();
 }
 
 void WorkerPool::SpinForWork() {

@@ -35,6 +35,12 @@ class WorkerPool {
 
   void Schedule(absl::AnyInvocable<void() &&> task);
 
+  // From now on Schedule runs each task on its caller's thread, and the tasks
+  // already queued run now on this one. For a pool whose threads may never
+  // come back (a hung GPU's stream threads) once its tasks only fail fast:
+  // without it they would wait behind the hung ones for good.
+  void RunTasksOnCallersFromNowOn();
+
   // Tasks queued and not yet started.
   size_t queued() const { return queued_.load(std::memory_order_acquire); }
   int threads() const { return static_cast<int>(threads_.size()); }
@@ -47,11 +53,12 @@ class WorkerPool {
 
   absl::AnyInvocable<void(int) const> on_thread_start_;
   const absl::Duration spin_;
-  // Guards tasks_ and stopping_; ready_ wakes the threads.
+  // Guards tasks_, stopping_ and run_on_callers_; ready_ wakes the threads.
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<absl::AnyInvocable<void() &&>> tasks_;
   bool stopping_ = false;
+  bool run_on_callers_ = false;
   // tasks_.size(), readable without the mutex.
   std::atomic<size_t> queued_{0};
   // Whether a thread is in SpinForWork.

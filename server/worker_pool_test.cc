@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -85,6 +86,37 @@ TEST(WorkerPoolTest, SpinningPoolRunsEveryTaskFromManyThreads) {
     for (std::thread& producer : producers) producer.join();
   }  // The destructor runs what is still queued.
   EXPECT_EQ(ran.load(), 8000);
+}
+
+// A pool whose only thread is stuck (as a hung GPU's stream thread would be):
+// once diverted, the task queued behind the stuck one and every later task run
+// on their callers' threads instead of waiting.
+TEST(WorkerPoolTest, DivertedPoolRunsTasksOnCallersWhileItsThreadsAreStuck) {
+  std::promise<void> unstick;
+  std::shared_future<void> stuck = unstick.get_future().share();
+  WorkerPool pool(1);
+  std::promise<void> stuck_started;
+  pool.Schedule([stuck, &stuck_started] {
+    stuck_started.set_value();
+    stuck.wait();
+  });
+  stuck_started.get_future().wait();
+  std::thread::id queued_ran_on, later_ran_on;
+  pool.Schedule(
+      [&queued_ran_on] { queued_ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(pool.queued(), 1u);
+  pool.RunTasksOnCallersFromNowOn();
+  EXPECT_EQ(queued_ran_on, std::this_thread::get_id());
+  EXPECT_EQ(pool.queued(), 0u);
+  std::thread caller([&pool, &later_ran_on] {
+    pool.Schedule(
+        [&later_ran_on] { later_ran_on = std::this_thread::get_id(); });
+    EXPECT_EQ(later_ran_on, std::this_thread::get_id());
+  });
+  const std::thread::id caller_id = caller.get_id();
+  caller.join();
+  EXPECT_EQ(later_ran_on, caller_id);
+  unstick.set_value();
 }
 
 TEST(WorkerPoolTest, StartHookRunsOnEveryThread) {

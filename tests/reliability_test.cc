@@ -2010,6 +2010,25 @@ TEST_F(ReliabilityTest, APortInUseIsRefused) {
   EXPECT_TRUE(Transpose(*Connect(*server), 8, 8).ok());
 }
 
+// A server on the CUDA backend whose every job after each device's first
+// spins for 30 s (as a device that stops answering would), past a 1 s hang
+// limit, on one stream per device.
+std::unique_ptr<ServerProcess> StartWithHangingGpuJobs(const ServerLog& log) {
+  return Start({"--testing_cuda_hang_after_jobs=1", "--gpu_hang_seconds=1",
+                "--streams_per_device=1", "--drain_seconds=1",
+                "--unready_seconds=0", "--log_level=warning"},
+               log.path());
+}
+
+std::unique_ptr<Client> ConnectForHangs(const ServerProcess& server,
+                                        absl::Duration deadline) {
+  ClientOptions options;
+  options.target = server.address();
+  options.max_attempts = 1;
+  options.default_timeout = deadline;
+  return *Client::Create(options);
+}
+
 // With the CUDA backend (the GPU machine): a job that holds its stream past
 // --gpu_hang_seconds (here a kernel that spins for 30 s, as a device that stops
 // answering would) takes its device out of service, as a fault does: new calls
@@ -2022,17 +2041,9 @@ TEST_F(ReliabilityTest, AHungGpuJobTakesTheDeviceOutOfService) {
     GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
   }
   const ServerLog server_log;
-  auto server =
-      Start({"--testing_cuda_hang_after_jobs=1", "--gpu_hang_seconds=1",
-             "--streams_per_device=1", "--drain_seconds=1",
-             "--unready_seconds=0", "--log_level=warning"},
-            server_log.path());
+  auto server = StartWithHangingGpuJobs(server_log);
   ASSERT_NE(server, nullptr);
-  ClientOptions options;
-  options.target = server->address();
-  options.max_attempts = 1;
-  options.default_timeout = absl::Seconds(4);
-  auto client = *Client::Create(options);
+  auto client = ConnectForHangs(*server, absl::Seconds(4));
   absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   const int devices = info->backends_size();
@@ -2073,6 +2084,65 @@ TEST_F(ReliabilityTest, AHungGpuJobTakesTheDeviceOutOfService) {
     EXPECT_EQ(log.find(line), log.rfind(line)) << log;
   }
   EXPECT_THAT(log, HasSubstr("past the 1s a job may take"));
+}
+
+// With the CUDA backend (the GPU machine): a call queued behind a hung job's
+// stream fails with UNAVAILABLE once the hang takes the device out of service,
+// instead of waiting with it until the caller's deadline. Each device first
+// runs a job, then takes a hung one (a hung job counts in its device's load, so
+// each takes one); the last call then queues behind one of them.
+TEST_F(ReliabilityTest, ACallQueuedBehindAHungGpuJobFailsOnceItIsOutOfService) {
+  if (ServerProcess::BackendFromEnvironment() != "cuda") {
+    GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
+  }
+  const ServerLog server_log;
+  auto server = StartWithHangingGpuJobs(server_log);
+  ASSERT_NE(server, nullptr);
+  auto client = ConnectForHangs(*server, absl::Seconds(12));
+  absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const int devices = info->backends_size();
+  for (int i = 0; i < devices; ++i) {
+    EXPECT_TRUE(Transpose(*client, 64, 64).ok()) << "job " << i;
+  }
+  const auto busy_streams = [&server, devices] {
+    double busy = 0;
+    for (int device = 0; device < devices; ++device) {
+      busy += Gauge(*server,
+                    absl::StrCat("transpose_stream_pool_busy_streams{backend="
+                                 "\"cuda:",
+                                 device, "\"}"));
+    }
+    return busy;
+  };
+  std::vector<absl::Status> hung_results(devices);
+  std::vector<std::thread> hung_calls;
+  for (int i = 0; i < devices; ++i) {
+    hung_calls.emplace_back([&client, &hung_results, i] {
+      hung_results[i] = Transpose(*client, 64, 64);
+    });
+    const absl::Time give_up = absl::Now() + absl::Seconds(5);
+    while (busy_streams() < i + 1 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(busy_streams(), i + 1) << "hung job " << i;
+  }
+  const absl::Time queued = absl::Now();
+  const absl::Status queued_result = Transpose(*client, 64, 64);
+  const absl::Duration waited = absl::Now() - queued;
+  EXPECT_EQ(queued_result.code(), absl::StatusCode::kUnavailable)
+      << queued_result;
+  EXPECT_THAT(queued_result.message(),
+              HasSubstr("is out of service after a fault or hang"));
+  // The 1 s limit, the watch's quarter-second look, and the calls before it;
+  // without the fix it waited for its 12 s deadline.
+  EXPECT_LT(waited, absl::Seconds(6));
+  for (std::thread& call : hung_calls) call.join();
+  for (int i = 0; i < devices; ++i) {
+    EXPECT_EQ(hung_results[i].code(), absl::StatusCode::kDeadlineExceeded)
+        << "hung job " << i << ": " << hung_results[i];
+  }
+  EXPECT_EQ(server->Stop(SIGTERM), 0);
 }
 
 // With the CUDA backend (the GPU machine): a device fault that poisons the CUDA
