@@ -852,6 +852,13 @@ int Run(const std::vector<char*>& positional) {
               "--tls_cert and --tls_key)"
             : "");
     access_policy.tokens = *std::move(tokens);
+  } else {
+    // The same check when tokens are off on purpose, or were meant to be on.
+    Log(LogLevel::kInfo, "bearer tokens: off (no --auth_token_file)%s",
+        absl::GetFlag(FLAGS_tls_client_ca).empty()
+            ? "; nor client certificates (no --tls_client_ca): any caller "
+              "that reaches the port is served"
+            : "; callers need a client certificate from --tls_client_ca");
   }
   AccessControl access(access_policy);
   TokenFileReloader token_reloader(std::move(token_file), access);

@@ -395,6 +395,33 @@ TEST_F(SecurityTest, TokensAddedOrRemovedTakeEffectWithoutARestart) {
   EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("new-token")));
 }
 
+// Without tokens the start-up line says so, and who is served then: anyone
+// that reaches the port, or only holders of a client certificate.
+TEST_F(SecurityTest, TheStartUpLineSaysWhoIsServedWithoutTokens) {
+  const auto start_up_log = [](const std::string& log,
+                               std::vector<std::string> args) {
+    args.push_back("--log_level=info");
+    absl::StatusOr<std::unique_ptr<ServerProcess>> started =
+        ServerProcess::StartFromEnvironment(std::move(args), absl::Seconds(60),
+                                            log);
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (started.ok()) EXPECT_EQ((*started)->Stop(SIGTERM), 0);
+    return ReadFile(log).value_or("");
+  };
+  EXPECT_THAT(start_up_log(Path("no_tokens.log"), {}),
+              ::testing::HasSubstr(
+                  "bearer tokens: off (no --auth_token_file); nor client "
+                  "certificates (no --tls_client_ca): any caller that reaches "
+                  "the port is served"));
+  EXPECT_THAT(start_up_log(Path("no_tokens_mtls.log"),
+                           {absl::StrCat("--tls_cert=", Path("server.pem")),
+                            absl::StrCat("--tls_key=", Path("server.key")),
+                            absl::StrCat("--tls_client_ca=", Path("ca.pem"))}),
+              ::testing::HasSubstr("bearer tokens: off (no --auth_token_file); "
+                                   "callers need a client certificate from "
+                                   "--tls_client_ca"));
+}
+
 // A client given ClientOptions::bearer_token_file sends what the file holds
 // now: a token rotated there (the server taking both while one replaces the
 // other) reaches the server from a call a second later on, with the same
