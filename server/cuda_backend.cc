@@ -65,7 +65,9 @@ class ScopedDevice {
 // thread that never chose one reads as GPU 0's).
 class PinnedAllocator final : public MemoryAllocator {
  public:
-  explicit PinnedAllocator(int device) : device_(device) {}
+  // `device_healthy` is the backend's health, which outlives this.
+  PinnedAllocator(int device, const std::atomic<bool>& device_healthy)
+      : device_(device), device_healthy_(device_healthy) {}
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     const ScopedDevice scoped(device_);
@@ -86,12 +88,18 @@ class PinnedAllocator final : public MemoryAllocator {
     return data;
   }
   void Free(void* data, size_t) override {
+    // Once the device is out of service its memory stays pinned until the
+    // process ends: cudaFreeHost waits for the device, which after a hang
+    // never comes back, and it would hold the thread that freed (the hang
+    // watch failing queued jobs, or a gRPC thread) with it.
+    if (!device_healthy_.load()) return;
     const ScopedDevice scoped(device_);
     cudaFreeHost(data);
   }
 
  private:
   const int device_;
+  const std::atomic<bool>& device_healthy_;
 };
 
 // How long the testing-only hang spins: past any --gpu_hang_seconds a test
@@ -243,7 +251,7 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options,
     : device_(device),
       options_(options),
       metrics_(metrics),
-      pinned_(std::make_unique<PinnedAllocator>(device),
+      pinned_(std::make_unique<PinnedAllocator>(device, healthy_),
               options.max_idle_pinned_bytes) {}
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(

@@ -1,5 +1,6 @@
-// A fixed set of threads running queued tasks in FIFO order. The CPU backend's
-// workers and the CUDA backend's per-stream threads are each one pool.
+// A fixed set of threads running queued tasks in FIFO order (or, once
+// diverted, tasks run on their callers' threads). The CPU backend's workers and
+// the CUDA backend's per-stream threads are each one pool.
 #ifndef TRANSPOSE_SERVER_WORKER_POOL_H_
 #define TRANSPOSE_SERVER_WORKER_POOL_H_
 
@@ -33,6 +34,8 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
+  // Queues `task`; once the pool is diverted, runs it here before returning,
+  // so callers must not hold a lock the task takes.
   void Schedule(absl::AnyInvocable<void() &&> task);
 
   // From now on Schedule runs each task on its caller's thread, and the tasks

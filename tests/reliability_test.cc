@@ -2011,13 +2011,20 @@ TEST_F(ReliabilityTest, APortInUseIsRefused) {
 }
 
 // A server on the CUDA backend whose every job after each device's first
-// spins for 30 s (as a device that stops answering would), past a 1 s hang
-// limit, on one stream per device.
-std::unique_ptr<ServerProcess> StartWithHangingGpuJobs(const ServerLog& log) {
-  return Start({"--testing_cuda_hang_after_jobs=1", "--gpu_hang_seconds=1",
-                "--streams_per_device=1", "--drain_seconds=1",
-                "--unready_seconds=0", "--log_level=warning"},
-               log.path());
+// spins for 30 s (as a device that stops answering would), past a hang limit
+// of `hang_seconds`, on one stream per device.
+std::unique_ptr<ServerProcess> StartWithHangingGpuJobs(
+    const ServerLog& log, int hang_seconds,
+    std::vector<std::string> more_args = {}) {
+  std::vector<std::string> args = {
+      "--testing_cuda_hang_after_jobs=1",
+      absl::StrCat("--gpu_hang_seconds=", hang_seconds),
+      "--streams_per_device=1",
+      "--drain_seconds=1",
+      "--unready_seconds=0",
+      "--log_level=warning"};
+  args.insert(args.end(), more_args.begin(), more_args.end());
+  return Start(std::move(args), log.path());
 }
 
 std::unique_ptr<Client> ConnectForHangs(const ServerProcess& server,
@@ -2041,7 +2048,7 @@ TEST_F(ReliabilityTest, AHungGpuJobTakesTheDeviceOutOfService) {
     GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
   }
   const ServerLog server_log;
-  auto server = StartWithHangingGpuJobs(server_log);
+  auto server = StartWithHangingGpuJobs(server_log, /*hang_seconds=*/1);
   ASSERT_NE(server, nullptr);
   auto client = ConnectForHangs(*server, absl::Seconds(4));
   absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
@@ -2086,19 +2093,25 @@ TEST_F(ReliabilityTest, AHungGpuJobTakesTheDeviceOutOfService) {
   EXPECT_THAT(log, HasSubstr("past the 1s a job may take"));
 }
 
-// With the CUDA backend (the GPU machine): a call queued behind a hung job's
-// stream fails with UNAVAILABLE once the hang takes the device out of service,
-// instead of waiting with it until the caller's deadline. Each device first
+// With the CUDA backend (the GPU machine): calls queued behind a hung job's
+// stream fail with UNAVAILABLE once the hang takes the device out of service,
+// instead of waiting with it until their callers' deadlines. Each device first
 // runs a job, then takes a hung one (a hung job counts in its device's load, so
-// each takes one); the last call then queues behind one of them.
-TEST_F(ReliabilityTest, ACallQueuedBehindAHungGpuJobFailsOnceItIsOutOfService) {
+// each takes one); two more calls then queue behind them. Without a pool of
+// idle buffers every job's pinned memory is freed as the job goes, which the
+// device would block (cudaFreeHost waits for it): the first failed job's free
+// would hold the second's failure until the spin ends.
+TEST_F(ReliabilityTest, CallsQueuedBehindAHungGpuJobFailOnceItIsOutOfService) {
   if (ServerProcess::BackendFromEnvironment() != "cuda") {
     GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
   }
   const ServerLog server_log;
-  auto server = StartWithHangingGpuJobs(server_log);
+  // 3 s: time to queue the calls behind every device's hung job before the
+  // first one's hang is seen.
+  auto server = StartWithHangingGpuJobs(server_log, /*hang_seconds=*/3,
+                                        {"--buffer_pool_bytes=0"});
   ASSERT_NE(server, nullptr);
-  auto client = ConnectForHangs(*server, absl::Seconds(12));
+  auto client = ConnectForHangs(*server, absl::Seconds(15));
   absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   const int devices = info->backends_size();
@@ -2115,32 +2128,52 @@ TEST_F(ReliabilityTest, ACallQueuedBehindAHungGpuJobFailsOnceItIsOutOfService) {
     }
     return busy;
   };
-  std::vector<absl::Status> hung_results(devices);
-  std::vector<std::thread> hung_calls;
-  for (int i = 0; i < devices; ++i) {
-    hung_calls.emplace_back([&client, &hung_results, i] {
-      hung_results[i] = Transpose(*client, 64, 64);
+  // Each call's status and how long it took.
+  struct Call {
+    absl::Status status;
+    absl::Duration took;
+    std::thread thread;
+  };
+  const auto start_call = [&client](Call& call) {
+    call.thread = std::thread([&client, &call] {
+      const absl::Time start = absl::Now();
+      call.status = Transpose(*client, 64, 64);
+      call.took = absl::Now() - start;
     });
+  };
+  std::vector<Call> hung(devices);
+  for (int i = 0; i < devices; ++i) {
+    start_call(hung[i]);
     const absl::Time give_up = absl::Now() + absl::Seconds(5);
     while (busy_streams() < i + 1 && absl::Now() < give_up) {
       absl::SleepFor(absl::Milliseconds(20));
     }
     EXPECT_EQ(busy_streams(), i + 1) << "hung job " << i;
   }
-  const absl::Time queued = absl::Now();
-  const absl::Status queued_result = Transpose(*client, 64, 64);
-  const absl::Duration waited = absl::Now() - queued;
-  EXPECT_EQ(queued_result.code(), absl::StatusCode::kUnavailable)
-      << queued_result;
-  EXPECT_THAT(queued_result.message(),
-              HasSubstr("is out of service after a fault or hang"));
-  // The 1 s limit, the watch's quarter-second look, and the calls before it;
-  // without the fix it waited for its 12 s deadline.
-  EXPECT_LT(waited, absl::Seconds(6));
-  for (std::thread& call : hung_calls) call.join();
+  for (int device = 0; device < devices; ++device) {
+    EXPECT_EQ(Gauge(*server, absl::StrCat("transpose_backend_healthy{backend="
+                                          "\"cuda:",
+                                          device, "\"}")),
+              1.0)
+        << "cuda:" << device
+        << ": the calls below should queue, not be refused";
+  }
+  std::vector<Call> queued(2);
+  for (Call& call : queued) start_call(call);
+  for (Call& call : queued) call.thread.join();
+  for (size_t i = 0; i < queued.size(); ++i) {
+    EXPECT_EQ(queued[i].status.code(), absl::StatusCode::kUnavailable)
+        << "queued call " << i << ": " << queued[i].status;
+    EXPECT_THAT(queued[i].status.message(),
+                HasSubstr("is out of service after a fault or hang"));
+    // The 3 s limit and the watch's look every 0.75 s; a call held until the
+    // 30 s spin ends, or its 15 s deadline, is far past this.
+    EXPECT_LT(queued[i].took, absl::Seconds(8)) << "queued call " << i;
+  }
+  for (Call& call : hung) call.thread.join();
   for (int i = 0; i < devices; ++i) {
-    EXPECT_EQ(hung_results[i].code(), absl::StatusCode::kDeadlineExceeded)
-        << "hung job " << i << ": " << hung_results[i];
+    EXPECT_EQ(hung[i].status.code(), absl::StatusCode::kDeadlineExceeded)
+        << "hung job " << i << ": " << hung[i].status;
   }
   EXPECT_EQ(server->Stop(SIGTERM), 0);
 }
