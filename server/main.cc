@@ -854,11 +854,16 @@ int Run(const std::vector<char*>& positional) {
     access_policy.tokens = *std::move(tokens);
   } else {
     // The same check when tokens are off on purpose, or were meant to be on.
+    // Health is open to all either way.
     Log(LogLevel::kInfo, "bearer tokens: off (no --auth_token_file)%s",
         absl::GetFlag(FLAGS_tls_client_ca).empty()
             ? "; nor client certificates (no --tls_client_ca): any caller "
-              "that reaches the port is served"
-            : "; callers need a client certificate from --tls_client_ca");
+              "that reaches the gRPC port is served"
+            : absl::StrCat(
+                  "; callers need a client certificate from --tls_client_ca",
+                  access_policy.client_names.empty()
+                      ? ""
+                      : " naming one of --tls_client_names"));
   }
   AccessControl access(access_policy);
   TokenFileReloader token_reloader(std::move(token_file), access);

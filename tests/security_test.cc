@@ -396,7 +396,8 @@ TEST_F(SecurityTest, TokensAddedOrRemovedTakeEffectWithoutARestart) {
 }
 
 // Without tokens the start-up line says so, and who is served then: anyone
-// that reaches the port, or only holders of a client certificate.
+// that reaches the gRPC port, or only holders of a client certificate (naming
+// one of the clients listed, where they are).
 TEST_F(SecurityTest, TheStartUpLineSaysWhoIsServedWithoutTokens) {
   const auto start_up_log = [](const std::string& log,
                                std::vector<std::string> args) {
@@ -412,14 +413,22 @@ TEST_F(SecurityTest, TheStartUpLineSaysWhoIsServedWithoutTokens) {
               ::testing::HasSubstr(
                   "bearer tokens: off (no --auth_token_file); nor client "
                   "certificates (no --tls_client_ca): any caller that reaches "
-                  "the port is served"));
+                  "the gRPC port is served"));
   EXPECT_THAT(start_up_log(Path("no_tokens_mtls.log"),
                            {absl::StrCat("--tls_cert=", Path("server.pem")),
                             absl::StrCat("--tls_key=", Path("server.key")),
                             absl::StrCat("--tls_client_ca=", Path("ca.pem"))}),
               ::testing::HasSubstr("bearer tokens: off (no --auth_token_file); "
                                    "callers need a client certificate from "
-                                   "--tls_client_ca"));
+                                   "--tls_client_ca\n"));
+  EXPECT_THAT(
+      start_up_log(Path("no_tokens_names.log"),
+                   {absl::StrCat("--tls_cert=", Path("server.pem")),
+                    absl::StrCat("--tls_key=", Path("server.key")),
+                    absl::StrCat("--tls_client_ca=", Path("ca.pem")),
+                    "--tls_client_names=batch"}),
+      ::testing::HasSubstr("callers need a client certificate from "
+                           "--tls_client_ca naming one of --tls_client_names"));
 }
 
 // A client given ClientOptions::bearer_token_file sends what the file holds
