@@ -741,20 +741,37 @@ void TransposeService::LogHeldBackFailures() {
   }
 }
 
+// GetServerInfo: answered at once; the reactor holds the call's scope, so the
+// call leaves the drain's count only once gRPC lets the reactor go, its status
+// sent (as every method's does), then deletes itself.
+class TransposeService::InfoCall final : public grpc::ServerUnaryReactor {
+ public:
+  InfoCall(TransposeService& service, grpc::CallbackServerContext& context,
+           v1::ServerInfo& response)
+      : scope_(service.metrics_, service.calls_, service.failure_log_,
+               RpcMethod::kGetServerInfo, context) {
+    absl::Status status = scope_.Admit(service.access_, context);
+    if (status.ok()) service.DescribeServer(response);
+    Finish(scope_.Finish(status));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  RpcScope scope_;
+};
+
 grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
     grpc::CallbackServerContext* context, const v1::GetServerInfoRequest*,
     v1::ServerInfo* response) {
-  RpcScope scope(metrics_, calls_, failure_log_, RpcMethod::kGetServerInfo,
-                 *context);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status allowed = scope.Admit(access_, *context); !allowed.ok()) {
-    reactor->Finish(scope.Finish(allowed));
-    return reactor;
-  }
-  response->set_version(options_.version);
+  return new InfoCall(*this, *context, *response);
+}
+
+void TransposeService::DescribeServer(v1::ServerInfo& response) const {
+  response.set_version(options_.version);
   for (const auto& backend : engine_.backends()) {
     const BackendInfo& info = backend->info();
-    v1::Backend& proto = *response->add_backends();
+    v1::Backend& proto = *response.add_backends();
     proto.set_name(info.name);
     proto.set_device_name(info.device_name);
     proto.set_calibrated_copy_bandwidth_bytes_per_second(
@@ -766,7 +783,7 @@ grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
       proto.add_algorithms(api::ToProto(algorithm));
     }
   }
-  v1::Limits& limits = *response->mutable_limits();
+  v1::Limits& limits = *response.mutable_limits();
   limits.set_max_message_bytes(options_.max_message_bytes);
   limits.set_max_matrix_bytes(engine_.options().max_matrix_bytes);
   limits.set_response_chunk_bytes(options_.response_chunk_bytes);
@@ -778,8 +795,6 @@ grpc::ServerUnaryReactor* TransposeService::GetServerInfo(
       engine_.options().max_inflight_requests_per_caller);
   limits.set_stream_idle_seconds(
       absl::ToDoubleSeconds(options_.stream_idle_timeout));
-  reactor->Finish(scope.Finish(absl::OkStatus()));
-  return reactor;
 }
 
 }  // namespace transpose

@@ -92,7 +92,11 @@ class TransposeService final : public TransposeServiceBase {
  private:
   class UnaryCall;
   class StreamCall;
+  class InfoCall;
   class HeaderCheck;
+
+  // GetServerInfo's answer: the version, each backend, the limits.
+  void DescribeServer(v1::ServerInfo& response) const;
 
   Engine& engine_;
   Metrics& metrics_;
