@@ -424,8 +424,9 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CpuBackend::CreateJob(
 void CpuBackend::UpdateMemoryGauge() {
   // Read and set together, or an older reading could overwrite a newer one.
   std::lock_guard<std::mutex> lock(gauge_mutex_);
-  series_->device_memory_used_bytes->Set(
-      static_cast<double>(buffers_.allocated_bytes()));
+  const double allocated = static_cast<double>(buffers_.allocated_bytes());
+  series_->device_memory_used_bytes->Set(allocated);
+  series_->host_memory_used_bytes->Set(allocated);
 }
 
 }  // namespace transpose

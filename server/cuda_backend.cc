@@ -151,6 +151,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> AllocateOnDevice(uint64_t bytes, cudaStream_t stream);
   // Publishes what device_pool_ holds from the device.
   void UpdateDeviceMemoryGauge();
+  // Publishes what pinned_ holds from the host.
+  void UpdatePinnedMemoryGauge();
   // Runs one job on a stream thread (or fails it at once, on any thread, once
   // the device is out of service): copy in, transpose, copy out, wait. With
   // `output` apart from `input` (both pinned), the kernel reads and writes the
@@ -205,6 +207,11 @@ class CudaBackend::Job final : public TransposeJob {
         host_(std::move(host)),
         mapped_output_(std::move(mapped_output)),
         created_(absl::Now()) {}
+  ~Job() override {
+    host_.Reset();
+    mapped_output_.Reset();
+    backend_.UpdatePinnedMemoryGauge();
+  }
 
   void AppendInput(absl::Span<const absl::string_view> pieces,
                    std::shared_ptr<const void>) override {
@@ -441,6 +448,7 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
   if (bytes <= mapped_max_bytes_) {
     TRANSPOSE_ASSIGN_OR_RETURN(mapped_output, pinned_.Acquire(bytes));
   }
+  UpdatePinnedMemoryGauge();
   return std::make_unique<Job>(*this, spec, bytes, std::move(host),
                                std::move(mapped_output));
 }
@@ -541,6 +549,12 @@ void CudaBackend::UpdateDeviceMemoryGauge() {
                               &reserved) == cudaSuccess) {
     series_->device_memory_used_bytes->Set(static_cast<double>(reserved));
   }
+}
+
+void CudaBackend::UpdatePinnedMemoryGauge() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  series_->host_memory_used_bytes->Set(
+      static_cast<double>(pinned_.allocated_bytes()));
 }
 
 absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,

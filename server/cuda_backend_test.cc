@@ -75,8 +75,13 @@ class CudaBackendTest : public ::testing::Test {
 
   // transpose_device_memory_used_bytes of cuda:0, or -1 without it.
   double DeviceMemoryUsedBytes() {
+    return GaugeOfCuda0("transpose_device_memory_used_bytes");
+  }
+
+  // The gauge `name` of cuda:0, or -1 without it.
+  double GaugeOfCuda0(absl::string_view name) {
     for (const prometheus::MetricFamily& family : registry_.Collect()) {
-      if (family.name != "transpose_device_memory_used_bytes") continue;
+      if (family.name != name) continue;
       for (const prometheus::ClientMetric& metric : family.metric) {
         for (const prometheus::ClientMetric::Label& label : metric.label) {
           if (label.name == "backend" && label.value == "cuda:0")
@@ -151,6 +156,37 @@ TEST_F(CudaBackendTest, DeviceMemoryPastThePoolLimitIsReturned) {
     ASSERT_EQ(RunJob(*backend, shape, &status), "");
     EXPECT_GE(DeviceMemoryUsedBytes(), 256 * kMiB) << i;
     EXPECT_LT(DeviceMemoryUsedBytes(), 512 * kMiB) << i;
+  }
+}
+
+// A job's pinned host buffers show in transpose_host_memory_used_bytes from its
+// creation; with no idle pinned memory kept they leave it with the job, and a
+// pool that keeps them still shows them.
+TEST_F(CudaBackendTest, PinnedHostMemoryIsPublished) {
+  constexpr double kMiB = 1 << 20;
+  const MatrixShape shape{1, 1024, 2048};  // 8 MiB, past mapped_max_bytes.
+  const TransposeSpec spec{DataType::kUInt32, shape, kernels::Algorithm::kAuto};
+  const auto pinned = [this] {
+    return GaugeOfCuda0("transpose_host_memory_used_bytes");
+  };
+  for (uint64_t max_idle_pinned_bytes : {uint64_t{0}, uint64_t{1} << 30}) {
+    CudaBackendOptions options;
+    options.max_idle_pinned_bytes = max_idle_pinned_bytes;
+    std::unique_ptr<Backend> backend = MakeBackend(options);
+    ASSERT_NE(backend, nullptr);
+    EXPECT_EQ(pinned(), 0) << max_idle_pinned_bytes;
+    absl::StatusOr<std::unique_ptr<TransposeJob>> job =
+        backend->CreateJob(spec, shape.elements() * 4);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_GE(pinned(), 8 * kMiB) << max_idle_pinned_bytes;
+    job->reset();
+    if (max_idle_pinned_bytes == 0) {
+      EXPECT_EQ(pinned(), 0);
+    } else {
+      EXPECT_GE(pinned(), 8 * kMiB);
+    }
+    absl::Status status;
+    EXPECT_EQ(RunJob(*backend, shape, &status), "") << max_idle_pinned_bytes;
   }
 }
 

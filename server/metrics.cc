@@ -112,6 +112,14 @@ Metrics::Metrics(prometheus::Registry& registry, absl::string_view version)
               .Help("Memory held by the backend's buffer pools: device "
                     "memory for cuda:N, host memory for cpu.")
               .Register(registry)),
+      host_memory_used_(
+          prometheus::BuildGauge()
+              .Name("transpose_host_memory_used_bytes")
+              .Help("Host memory held by the backend's buffer pools, in use "
+                    "and idle: page-locked (pinned) memory for cuda:N, which "
+                    "the kernel cannot swap out; for cpu, the same buffers "
+                    "as transpose_device_memory_used_bytes.")
+              .Register(registry)),
       backend_healthy_(
           prometheus::BuildGauge()
               .Name("transpose_backend_healthy")
@@ -153,6 +161,7 @@ Metrics::BackendSeries* Metrics::AddBackend(
   series->busy_streams = &busy_streams_.Add({{"backend", name}});
   series->device_memory_used_bytes =
       &device_memory_used_.Add({{"backend", name}});
+  series->host_memory_used_bytes = &host_memory_used_.Add({{"backend", name}});
   series->healthy = &backend_healthy_.Add({{"backend", name}});
   series->healthy->Set(1);
   for (const std::string& kernel : kernel_names) {

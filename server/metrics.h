@@ -43,6 +43,7 @@ class Metrics {
     prometheus::Gauge* peak_bandwidth;
     prometheus::Gauge* busy_streams;
     prometheus::Gauge* device_memory_used_bytes;
+    prometheus::Gauge* host_memory_used_bytes;
     // 1 while the backend takes jobs, 0 once a fault took it out of service
     // (set by the backend, which alone knows).
     prometheus::Gauge* healthy;
@@ -87,6 +88,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& device_peak_bandwidth_;
   prometheus::Family<prometheus::Gauge>& busy_streams_;
   prometheus::Family<prometheus::Gauge>& device_memory_used_;
+  prometheus::Family<prometheus::Gauge>& host_memory_used_;
   prometheus::Family<prometheus::Gauge>& backend_healthy_;
   prometheus::Gauge* inflight_requests_;
 

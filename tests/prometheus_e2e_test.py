@@ -40,6 +40,7 @@ CONTRACT = {
     "transpose_inflight_requests": "gauge",
     "transpose_stream_pool_busy_streams": "gauge",
     "transpose_device_memory_used_bytes": "gauge",
+    "transpose_host_memory_used_bytes": "gauge",
     "transpose_build_info": "gauge",
     "transpose_backend_healthy": "gauge",
 }
