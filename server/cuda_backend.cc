@@ -179,9 +179,12 @@ class CudaBackend final : public Backend {
   Metrics& metrics_;
   Metrics::BackendSeries* series_ = nullptr;
   BackendInfo info_;
+  // Before pinned_, whose allocator reads it until the pool is gone.
   std::atomic<bool> healthy_{true};
   std::atomic<int> load_{0};
   BufferPool pinned_;
+  // Orders pinned_'s readings with their publication.
+  std::mutex pinned_gauge_mutex_;
   std::vector<Slot> slots_;
   std::mutex mutex_;
   std::vector<Slot*> free_slots_;
@@ -443,12 +446,14 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
   if (!healthy()) {
     return OutOfServiceError();
   }
+  // After the buffers on every path: one may be new even where the other
+  // fails.
+  absl::Cleanup publish = [this] { UpdatePinnedMemoryGauge(); };
   TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer host, pinned_.Acquire(bytes));
   BufferPool::Buffer mapped_output;
   if (bytes <= mapped_max_bytes_) {
     TRANSPOSE_ASSIGN_OR_RETURN(mapped_output, pinned_.Acquire(bytes));
   }
-  UpdatePinnedMemoryGauge();
   return std::make_unique<Job>(*this, spec, bytes, std::move(host),
                                std::move(mapped_output));
 }
@@ -552,7 +557,7 @@ void CudaBackend::UpdateDeviceMemoryGauge() {
 }
 
 void CudaBackend::UpdatePinnedMemoryGauge() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(pinned_gauge_mutex_);
   series_->host_memory_used_bytes->Set(
       static_cast<double>(pinned_.allocated_bytes()));
 }

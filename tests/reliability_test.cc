@@ -2099,8 +2099,9 @@ TEST_F(ReliabilityTest, AHungGpuJobTakesTheDeviceOutOfService) {
 // runs a job, then takes a hung one (a hung job counts in its device's load, so
 // each takes one); two more calls then queue behind them. Without a pool of
 // idle buffers every job's pinned memory is freed as the job goes, which the
-// device would block (cudaFreeHost waits for it): the first failed job's free
-// would hold the second's failure until the spin ends.
+// device would block (cudaFreeHost waits for it): each failed job's free,
+// which comes before its reply, would hold that reply (and, behind it, the
+// other queued call's on the same device) until the spin ends.
 TEST_F(ReliabilityTest, CallsQueuedBehindAHungGpuJobFailOnceItIsOutOfService) {
   if (ServerProcess::BackendFromEnvironment() != "cuda") {
     GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
