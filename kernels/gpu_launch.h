@@ -29,9 +29,9 @@ enum class Kernel : int {
   // Output windows shifted per row to start on 32-byte sectors, for output
   // rows that are not sector-aligned (4- and 8-byte elements); needs CanSkew.
   kSkewed,
-  // Whole matrices staged in shared memory, read and written as flat runs:
-  // batches of small matrices that tiles would leave mostly partial; needs
-  // TakesSmallMatrices.
+  // Whole matrices staged in shared memory, one side of the transpose copied
+  // in 16-byte units: batches of small matrices that tiles would leave mostly
+  // partial; needs TakesSmallMatrices.
   kSmallMatrices,
 };
 
@@ -59,8 +59,8 @@ TileShape VectorTileOf(const TransposeArgs& args);
 bool CanUseWords(const TransposeArgs& args);
 // Whether kSkewed can run `args`: 4- or 8-byte elements.
 bool CanSkew(const TransposeArgs& args);
-// Whether kSmallMatrices can run `args`: one matrix, its columns padded to an
-// odd length, fits kSmallMatricesSharedBytes.
+// Whether kSmallMatrices can run `args`: one matrix fits
+// kSmallMatricesSharedBytes.
 bool TakesSmallMatrices(const TransposeArgs& args);
 inline constexpr size_t kSmallMatricesSharedBytes = 16 << 10;
 

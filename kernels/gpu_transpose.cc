@@ -67,11 +67,11 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): for
 // matrices of at most 16 KiB that 32 x 32 tiles would leave mostly partial
 // (batches of 63 x 65, 31 x 33, 15 x 17), the whole matrices in shared memory
-// (run62: 4-byte 63 x 65 82% of memcpy and 15 x 17 98%, against 77% and 42%
-// for padded_32; 31 x 33 1-byte 31.5% against 20%, 2-byte 56% against 39%,
-// 8-byte 112% against 107%, 16-byte 119% against 111%: attempt 32), but not
-// 1- and 2-byte matrices the vector kernel's tiles mostly cover (its 64 x 64
-// 2-byte tiles read 102.5% on batches of 64 x 64, small_matrices 49%).
+// (run67: 4-byte 63 x 65 92% of memcpy and 15 x 17 112%, against 77% and 42%
+// for padded_32; 31 x 33 1-byte 50% against 20%, 2-byte 79% against 39%,
+// 8-byte 112% against 107%, 16-byte 118% against 111%: attempts 32 and 33),
+// but not 1- and 2-byte matrices the vector kernel's tiles mostly cover (its
+// 64 x 64 2-byte tiles read 101% on batches of 64 x 64, small_matrices 67%).
 // Otherwise the vector kernel for 1- and 2-byte elements where its 16-byte
 // accesses are possible and its tiles mostly full (else the word kernel for
 // bytes; a batch of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for

@@ -495,85 +495,177 @@ struct Divider {
   }
 };
 
+// A 16-byte unit of memory seen as the elements it holds.
+template <typename T>
+union Unit {
+  uint4 bits;
+  T element[sizeof(uint4) / sizeof(T)];
+};
+
 // Batches of small matrices, each staged whole in shared memory: a block takes
-// `per_block` matrices, reads their elements as one flat, coalesced run,
-// stores each element at its transposed place (column c of matrix m at m *
-// cols * stride + c * stride, `stride` = rows rounded up to odd, so that the 32
-// stores of a warp, a row's consecutive columns, fall on 32 banks), and writes
-// the output as one flat run. No tile has an edge: on the H200 the 32 x 32
-// tiles, which leave a third of their blocks one column wide over 63 x 65
-// matrices, read 61-77% of memcpy for 4-byte batches of 15 x 17 to 65 x 63
-// matrices, this 81-82% (docs/BENCHMARKS.md, attempt 32). Each thread steps
-// its (matrix, row, column) by the block's width rather than dividing for
-// every element (41% with two divisions each). 16-byte chunks (a block's edge
-// chunks element by element), pipelining the next group's loads under this
-// one's writes, or swizzled instead of padded columns read no faster.
-template <typename T, int NT>
+// `per_block` matrices and moves one side of the transpose as a flat copy of
+// 16-byte units, the other element by element. With kScatterInput (odd row
+// counts) it scatters each input unit's elements to their transposed places in
+// shared memory, which holds the output as it will lie, and copies the output
+// out whole; otherwise it copies the input in whole and gathers each output
+// unit's elements from it. The elements a warp scatters or gathers together
+// lie a whole number of output rows (input rows) apart, an odd number of words
+// when that side's length is odd, so they fall on different banks. Shared
+// memory mirrors global memory's 16-byte alignment, so the copied side needs no
+// index arithmetic and the other side pays it once per unit (two
+// multiply-high divisions) and a step per element. Units at a group's edges
+// are shared with the neighbouring groups: such output units are stored
+// element by element, input units past the buffer's ends loaded so. On the
+// H200 transpose_bench reads 50%, 79% and 112% of memcpy for 1- and 2-byte
+// batches of 31 x 33 and 4-byte 15 x 17 matrices and 92% for 4-byte 63 x 65,
+// where the element-by-element kernel before it read 31%, 56%, 98% and 82%;
+// 8- and 16-byte batches read as before (docs/BENCHMARKS.md, attempt 33).
+template <typename T, int NT, bool kScatterInput>
 __global__ void __launch_bounds__(NT)
     SmallMatricesTranspose(const T* __restrict__ in, T* __restrict__ out,
-                           uint32_t rows, uint32_t cols, uint32_t stride,
-                           uint32_t per_block, uint64_t batch, uint64_t group0,
-                           Divider div_cols, Divider div_rows, Divider div_n) {
-  constexpr int kLoads = 4;  // In flight per thread.
+                           uint32_t rows, uint32_t cols, uint32_t per_block,
+                           uint64_t batch, uint64_t group0, uint32_t in_head,
+                           uint32_t out_head, Divider div_cols,
+                           Divider div_rows, Divider div_n) {
+  constexpr uint32_t E = sizeof(uint4) / sizeof(T);  // Elements per unit.
+  constexpr int kLoads = 4;  // Units in flight per thread.
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  T* tile = reinterpret_cast<T*>(shared_bytes);
-  const uint32_t n = rows * cols, plane = cols * stride;
+  uint4* shared_units = reinterpret_cast<uint4*>(shared_bytes);
+  T* shared = reinterpret_cast<T*>(shared_bytes);
+  const uint32_t n = rows * cols;
   const uint64_t m0 = (group0 + blockIdx.x) * per_block;
   const uint32_t total =
       static_cast<uint32_t>(min(uint64_t{per_block}, batch - m0)) * n;
-  const T* src = in + m0 * n;
-  T* dst = out + m0 * n;
-  // A thread's step of NT elements, in matrices, rows and columns.
-  const uint32_t step_m = div_n.Div(NT), step_in_matrix = NT - step_m * n;
-  const uint32_t step_r = div_cols.Div(step_in_matrix),
-                 step_c = step_in_matrix - step_r * cols;
-  uint32_t m = div_n.Div(threadIdx.x), w = threadIdx.x - m * n;
-  uint32_t r = div_cols.Div(w), c = w - r * cols;
-  for (uint32_t base = 0; base < total; base += NT * kLoads) {
-    T v[kLoads];
+  // Element indices into the whole batch; unit u of a buffer whose first
+  // element lies `head` elements past a 16-byte boundary holds elements u * E
+  // - head to u * E - head + E - 1.
+  const uint64_t begin = m0 * n, all = batch * n;
+  const uint4* in_units = reinterpret_cast<const uint4*>(
+      reinterpret_cast<uintptr_t>(in) - in_head * sizeof(T));
+  uint4* out_units = reinterpret_cast<uint4*>(reinterpret_cast<uintptr_t>(out) -
+                                              out_head * sizeof(T));
+  // Shared memory holds the copied side's units from the one holding `begin`,
+  // which lands at element `lead`.
+  const uint32_t copied_head = kScatterInput ? out_head : in_head;
+  const uint64_t unit0 = (begin + copied_head) / E;
+  const uint32_t lead = static_cast<uint32_t>((begin + copied_head) % E);
+  const uint32_t units = (lead + total + E - 1) / E;
+  // A unit of the input, element by element where it reaches past the buffer.
+  const auto load = [&](uint64_t u) {
+    const int64_t e0 = static_cast<int64_t>(u * E) - in_head;
+    if (e0 >= 0 && static_cast<uint64_t>(e0) + E <= all) return in_units[u];
+    Unit<T> unit{};
 #pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const uint32_t i = base + u * NT + threadIdx.x;
-      if (i < total) v[u] = src[i];
+    for (uint32_t k = 0; k < E; ++k) {
+      const int64_t e = e0 + k;
+      if (e >= 0 && static_cast<uint64_t>(e) < all) unit.element[k] = in[e];
     }
+    return unit.bits;
+  };
+  if constexpr (kScatterInput) {
+    const uint64_t first = (begin + in_head) / E,
+                   last = (begin + total - 1 + in_head) / E;
+    for (uint64_t base = first; base <= last; base += NT * kLoads) {
+      uint4 v[kLoads];
 #pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const uint32_t i = base + u * NT + threadIdx.x;
-      if (i < total) tile[m * plane + c * stride + r] = v[u];
-      c += step_c;
-      r += step_r;
-      m += step_m;
-      if (c >= cols) {
-        c -= cols;
-        ++r;
+      for (int i = 0; i < kLoads; ++i) {
+        const uint64_t u = base + i * NT + threadIdx.x;
+        if (u <= last) v[i] = load(u);
       }
-      if (r >= rows) {
-        r -= rows;
-        ++m;
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const uint64_t u = base + i * NT + threadIdx.x;
+        if (u > last) continue;
+        // The unit's first element of this group, as (m, r, c) and its place.
+        const int64_t j0 =
+            static_cast<int64_t>(u * E) - in_head - static_cast<int64_t>(begin);
+        const uint32_t j = static_cast<uint32_t>(max(j0, int64_t{0}));
+        uint32_t m = div_n.Div(j), w = j - m * n;
+        uint32_t r = div_cols.Div(w), c = w - r * cols;
+        uint32_t place = lead + m * n + c * rows + r;
+        Unit<T> unit;
+        unit.bits = v[i];
+#pragma unroll
+        for (uint32_t k = 0; k < E; ++k) {
+          if (j0 + k < j || j0 + k >= total) continue;
+          shared[place] = unit.element[k];
+          if (++c == cols) {
+            c = 0;
+            if (++r == rows) {
+              r = 0;
+              ++m;
+            }
+            place = lead + m * n + r;
+          } else {
+            place += rows;
+          }
+        }
       }
     }
-  }
-  __syncthreads();
-  // The output's order: rows within columns. NT elements are step_m
-  // matrices, then step_out_c columns and step_out_r rows.
-  const uint32_t step_out_c = div_rows.Div(step_in_matrix),
-                 step_out_r = step_in_matrix - step_out_c * rows;
-  m = div_n.Div(threadIdx.x);
-  w = threadIdx.x - m * n;
-  c = div_rows.Div(w);
-  r = w - c * rows;
-  for (uint32_t j = threadIdx.x; j < total; j += NT) {
-    dst[j] = tile[m * plane + c * stride + r];
-    r += step_out_r;
-    c += step_out_c;
-    m += step_m;
-    if (r >= rows) {
-      r -= rows;
-      ++c;
+    __syncthreads();
+    for (uint32_t q = threadIdx.x; q < units; q += NT) {
+      const int64_t j0 = static_cast<int64_t>(q * E) - lead;
+      if (j0 >= 0 && j0 + E <= total) {
+        out_units[unit0 + q] = shared_units[q];
+        continue;
+      }
+#pragma unroll
+      for (uint32_t k = 0; k < E; ++k) {
+        const int64_t j = j0 + k;
+        if (j >= 0 && j < total) out[begin + j] = shared[q * E + k];
+      }
     }
-    if (c >= cols) {
-      c -= cols;
-      ++m;
+  } else {
+    for (uint32_t base = 0; base < units; base += NT * kLoads) {
+      uint4 v[kLoads];
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const uint32_t q = base + i * NT + threadIdx.x;
+        if (q < units) v[i] = load(unit0 + q);
+      }
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const uint32_t q = base + i * NT + threadIdx.x;
+        if (q < units) shared_units[q] = v[i];
+      }
+    }
+    __syncthreads();
+    const uint64_t first = (begin + out_head) / E,
+                   last = (begin + total - 1 + out_head) / E;
+    for (uint64_t u = first + threadIdx.x; u <= last; u += NT) {
+      // The unit's first element of this group, as (m, c, r) of the output,
+      // and where the input element it takes lies.
+      const int64_t j0 =
+          static_cast<int64_t>(u * E) - out_head - static_cast<int64_t>(begin);
+      const uint32_t j = static_cast<uint32_t>(max(j0, int64_t{0}));
+      uint32_t m = div_n.Div(j), w = j - m * n;
+      uint32_t c = div_rows.Div(w), r = w - c * rows;
+      uint32_t place = lead + m * n + r * cols + c;
+      Unit<T> unit;
+#pragma unroll
+      for (uint32_t k = 0; k < E; ++k) {
+        if (j0 + k < j || j0 + k >= total) continue;
+        unit.element[k] = shared[place];
+        if (++r == rows) {
+          r = 0;
+          if (++c == cols) {
+            c = 0;
+            ++m;
+          }
+          place = lead + m * n + c;
+        } else {
+          place += cols;
+        }
+      }
+      if (j0 >= 0 && j0 + E <= total) {
+        out_units[u] = unit.bits;
+        continue;
+      }
+#pragma unroll
+      for (uint32_t k = 0; k < E; ++k) {
+        const int64_t jk = j0 + k;
+        if (jk >= 0 && jk < total) out[begin + jk] = unit.element[k];
+      }
     }
   }
 }
@@ -774,25 +866,33 @@ cudaError_t LaunchSkewed(const TransposeArgs& args, cudaStream_t stream) {
 }
 
 // Groups of whole matrices, as many as fit kSmallMatricesSharedBytes, one per
-// block, in grids of at most 2^31 - 1 blocks.
+// block, in grids of at most 2^31 - 1 blocks. Odd row counts scatter the
+// input, others gather the output (SmallMatricesTranspose says why); with
+// both even, gathering read faster for 2-byte elements (88% against 75%).
 template <typename T>
 cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
                                 cudaStream_t stream) {
   constexpr int kThreads = 256;
   const uint32_t rows = static_cast<uint32_t>(args.rows),
-                 cols = static_cast<uint32_t>(args.cols), stride = rows | 1;
-  const uint64_t matrix_bytes = uint64_t{cols} * stride * sizeof(T);
-  const uint32_t per_block = static_cast<uint32_t>(
-      std::min<uint64_t>(args.batch, kSmallMatricesSharedBytes / matrix_bytes));
+                 cols = static_cast<uint32_t>(args.cols), n = rows * cols;
+  const uint32_t per_block = static_cast<uint32_t>(std::min<uint64_t>(
+      args.batch, kSmallMatricesSharedBytes / (uint64_t{n} * sizeof(T))));
   const uint64_t groups = CeilDiv(args.batch, per_block);
-  const size_t shared = per_block * matrix_bytes;
+  // A group's elements and the parts of the units at either end that are not.
+  const size_t shared = per_block * n * sizeof(T) + 2 * sizeof(uint4);
+  const auto head = [](const void* p) {
+    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) %
+                                 sizeof(uint4) / sizeof(T));
+  };
+  const auto kernel = rows % 2 == 1
+                          ? SmallMatricesTranspose<T, kThreads, true>
+                          : SmallMatricesTranspose<T, kThreads, false>;
   for (uint64_t g0 = 0; g0 < groups; g0 += 0x7fffffff) {
-    SmallMatricesTranspose<T, kThreads>
-        <<<static_cast<unsigned>(std::min<uint64_t>(0x7fffffff, groups - g0)),
-           kThreads, shared, stream>>>(
-            static_cast<const T*>(args.input), static_cast<T*>(args.output),
-            rows, cols, stride, per_block, args.batch, g0, Divider(cols),
-            Divider(rows), Divider(rows * cols));
+    kernel<<<static_cast<unsigned>(std::min<uint64_t>(0x7fffffff, groups - g0)),
+             kThreads, shared, stream>>>(
+        static_cast<const T*>(args.input), static_cast<T*>(args.output), rows,
+        cols, per_block, args.batch, g0, head(args.input), head(args.output),
+        Divider(cols), Divider(rows), Divider(n));
     if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
       return error;
   }
@@ -850,8 +950,7 @@ bool TakesSmallMatrices(const TransposeArgs& args) {
       args.cols >= (uint64_t{1} << 32)) {
     return false;
   }
-  const uint64_t stride = args.rows | 1;
-  return args.cols * stride <= kSmallMatricesSharedBytes / args.element_size;
+  return args.rows * args.cols <= kSmallMatricesSharedBytes / args.element_size;
 }
 
 TileShape VectorTileOf(const TransposeArgs& args) {
@@ -886,7 +985,8 @@ size_t SharedMemoryBytes(Kernel kernel, size_t element_size) {
       kernel == Kernel::kWord || kernel == Kernel::kSkewed)
     return 0;
   // At most, for any shape it takes.
-  if (kernel == Kernel::kSmallMatrices) return kSmallMatricesSharedBytes;
+  if (kernel == Kernel::kSmallMatrices)
+    return kSmallMatricesSharedBytes + 2 * sizeof(uint4);
   const LaunchShape shape = ShapeOf(kernel);
   return static_cast<size_t>(shape.tile) * (shape.tile + shape.pad) *
          element_size;

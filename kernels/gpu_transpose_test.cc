@@ -50,12 +50,22 @@ std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
   return bytes;
 }
 
+// Where the input and output start, in elements past the start of their
+// allocations (which cudaMalloc aligns to 256 bytes).
+struct Placement {
+  uint64_t input_offset = 0, output_offset = 0;
+};
+
+// Bytes allocated past a buffer's end, poisoned, which must stay so.
+constexpr size_t kGuardBytes = 64;
+
 // Runs `kernel` (a public Algorithm, or an internal::Kernel) on the GPU and
 // returns the first mismatch against the CPU transpose, or "".
 template <typename Kernel>
 std::string RunAndCompare(Kernel kernel, size_t element_size,
                           const Shape& shape,
-                          const internal::Tuning& tuning = {}) {
+                          const internal::Tuning& tuning = {},
+                          const Placement& placement = {}) {
   TransposeArgs args{element_size, shape.batch, shape.rows,
                      shape.cols,   nullptr,     nullptr};
   const size_t bytes = args.bytes();
@@ -67,18 +77,22 @@ std::string RunAndCompare(Kernel kernel, size_t element_size,
   host.output = expected.data();
   if (absl::Status s = TransposeOnCpu(host); !s.ok()) return s.ToString();
 
+  const size_t input_lead = placement.input_offset * element_size,
+               output_lead = placement.output_offset * element_size;
+  const size_t output_allocation = output_lead + bytes + kGuardBytes;
   void* device_in = nullptr;
   void* device_out = nullptr;
-  if (cudaMalloc(&device_in, bytes) != cudaSuccess ||
-      cudaMalloc(&device_out, bytes) != cudaSuccess) {
+  if (cudaMalloc(&device_in, input_lead + bytes) != cudaSuccess ||
+      cudaMalloc(&device_out, output_allocation) != cudaSuccess) {
     cudaFree(device_in);
     return "cudaMalloc failed";
   }
-  cudaMemcpy(device_in, input.data(), bytes, cudaMemcpyHostToDevice);
-  cudaMemset(device_out, 0xA5,
-             bytes);  // Poison: every element must be written.
-  args.input = device_in;
-  args.output = device_out;
+  cudaMemcpy(static_cast<uint8_t*>(device_in) + input_lead, input.data(), bytes,
+             cudaMemcpyHostToDevice);
+  // Poison: every element must be written, and nothing around them.
+  cudaMemset(device_out, 0xA5, output_allocation);
+  args.input = static_cast<uint8_t*>(device_in) + input_lead;
+  args.output = static_cast<uint8_t*>(device_out) + output_lead;
   std::string error;
   if constexpr (std::is_same_v<Kernel, Algorithm>) {
     if (!(tuning == internal::Tuning{})) {
@@ -98,11 +112,21 @@ std::string RunAndCompare(Kernel kernel, size_t element_size,
   } else if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
     error = cudaGetErrorString(e);
   }
-  std::vector<uint8_t> actual(bytes, 0);
-  cudaMemcpy(actual.data(), device_out, bytes, cudaMemcpyDeviceToHost);
+  std::vector<uint8_t> around(output_allocation, 0);
+  cudaMemcpy(around.data(), device_out, output_allocation,
+             cudaMemcpyDeviceToHost);
   cudaFree(device_in);
   cudaFree(device_out);
   if (!error.empty()) return error;
+  for (size_t i = 0; i < output_allocation; ++i) {
+    if ((i < output_lead || i >= output_lead + bytes) && around[i] != 0xA5) {
+      return absl::StrCat("wrote outside the output: byte ",
+                          static_cast<int64_t>(i - output_lead),
+                          " from its start");
+    }
+  }
+  const std::vector<uint8_t> actual(around.begin() + output_lead,
+                                    around.begin() + output_lead + bytes);
   if (actual != expected) {
     for (size_t i = 0; i < bytes; ++i) {
       if (actual[i] != expected[i]) {
@@ -211,6 +235,52 @@ INSTANTIATE_TEST_SUITE_P(
                           Shape{1000, 15, 17}, Shape{37, 63, 65},
                           Shape{4099, 3, 5}, Shape{9, 64, 1})),
     InternalCaseName);
+
+// The batch kernel copies one side of the transpose in 16-byte units, which
+// its buffers need not be aligned to: every element offset within a unit, on
+// shapes that scatter the input (odd rows) and gather the output (even rows),
+// with groups whose units straddle their neighbours' and buffers whose first
+// and last units lie partly outside them.
+using PlacedCase = std::tuple<size_t, Shape>;
+
+class GpuSmallMatricesPlacementTest
+    : public ::testing::TestWithParam<PlacedCase> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  }
+};
+
+TEST_P(GpuSmallMatricesPlacementTest, MatchesCpuReferenceAtAnyOffset) {
+  const auto& [element_size, shape] = GetParam();
+  ASSERT_TRUE(
+      KernelTakes(internal::Kernel::kSmallMatrices, element_size, shape));
+  const uint64_t per_unit = element_size < 16 ? 16 / element_size : 1;
+  for (uint64_t in = 0; in < per_unit; ++in) {
+    for (uint64_t out : {(in + 1) % per_unit, (per_unit - in) % per_unit}) {
+      EXPECT_EQ(RunAndCompare(internal::Kernel::kSmallMatrices, element_size,
+                              shape, {}, Placement{in, out}),
+                "")
+          << "input at element " << in << ", output at element " << out;
+    }
+  }
+}
+
+std::string PlacedCaseName(const ::testing::TestParamInfo<PlacedCase>& info) {
+  const auto& [element_size, shape] = info.param;
+  return absl::StrCat(element_size, "B_", shape.batch, "x", shape.rows, "x",
+                      shape.cols);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SmallMatrices, GpuSmallMatricesPlacementTest,
+    ::testing::Combine(::testing::Values(1, 2, 4, 8, 16),
+                       ::testing::Values(Shape{5, 31, 33}, Shape{7, 30, 32},
+                                         Shape{9, 32, 31}, Shape{3, 1, 37},
+                                         Shape{4, 37, 1}, Shape{1, 1, 1},
+                                         Shape{1000, 15, 17}, Shape{37, 21, 47},
+                                         Shape{6, 24, 41})),
+    PlacedCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136
 // fills full groups of 32 tile rows and leaves a partial one for every

@@ -122,11 +122,13 @@ TEST(AutoKernelTest, SmallMatricesWhereTilesWouldBeMostlyPartial) {
   EXPECT_EQ(AutoKernelOf(8, 1024, 63, 65), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(16, 512, 63, 65), internal::Kernel::kVector);
   EXPECT_EQ(AutoKernelOf(4, 512, 127, 129), internal::Kernel::kPadded32);
-  // The odd column count of a padded column: 64 rows take 65 places.
+  // One matrix of at most 16 KiB.
   EXPECT_TRUE(internal::TakesSmallMatrices(
-      {4, 1, 63, 65, reinterpret_cast<void*>(256), nullptr}));
-  EXPECT_FALSE(internal::TakesSmallMatrices(
       {4, 1, 64, 64, reinterpret_cast<void*>(256), nullptr}));
+  EXPECT_FALSE(internal::TakesSmallMatrices(
+      {4, 1, 64, 65, reinterpret_cast<void*>(256), nullptr}));
+  EXPECT_TRUE(internal::TakesSmallMatrices(
+      {1, 1, 128, 128, reinterpret_cast<void*>(256), nullptr}));
   EXPECT_FALSE(internal::TakesSmallMatrices(
       {4, 1, uint64_t{1} << 32, 1, reinterpret_cast<void*>(256), nullptr}));
 }
