@@ -67,11 +67,12 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): for
 // matrices of at most 16 KiB that 32 x 32 tiles would leave mostly partial
 // (batches of 63 x 65, 31 x 33, 15 x 17), the whole matrices in shared memory
-// (run67: 4-byte 63 x 65 92% of memcpy and 15 x 17 112%, against 77% and 42%
-// for padded_32; 31 x 33 1-byte 50% against 20%, 2-byte 79% against 39%,
-// 8-byte 112% against 107%, 16-byte 118% against 111%: attempts 32 and 33),
-// but not 1- and 2-byte matrices the vector kernel's tiles mostly cover (its
-// 64 x 64 2-byte tiles read 101% on batches of 64 x 64, small_matrices 67%).
+// (run68: 4-byte 63 x 65 91% of memcpy and 15 x 17 112%, against 77% and 42%
+// for padded_32; 31 x 33 1-byte 96% against 20%, 2-byte 106% against 39%,
+// 8-byte 110% against 106%, 16-byte 118% against 111%: attempts 32 to 34;
+// 2-byte 90 x 91 99% against padded_64x8's 48%), but not 1- and 2-byte
+// matrices the vector kernel's tiles mostly cover (its 64 x 64 2-byte tiles
+// read 101% on batches of 64 x 64, small_matrices 68%).
 // Otherwise the vector kernel for 1- and 2-byte elements where its 16-byte
 // accesses are possible and its tiles mostly full (else the word kernel for
 // bytes; a batch of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for

@@ -508,18 +508,20 @@ union Unit {
 // counts) it scatters each input unit's elements to their transposed places in
 // shared memory, which holds the output as it will lie, and copies the output
 // out whole; otherwise it copies the input in whole and gathers each output
-// unit's elements from it. The elements a warp scatters or gathers together
-// lie a whole number of output rows (input rows) apart, an odd number of words
-// when that side's length is odd, so they fall on different banks. Shared
-// memory mirrors global memory's 16-byte alignment, so the copied side needs no
-// index arithmetic and the other side pays it once per unit (two
-// multiply-high divisions) and a step per element. Units at a group's edges
-// are shared with the neighbouring groups: such output units are stored
+// unit's elements from it. Shared memory mirrors global memory's 16-byte
+// alignment, so the copied side needs no index arithmetic and the other side
+// pays it once per unit (two multiply-high divisions). The elements a warp
+// scatters (gathers) at once lie a unit's worth of output (input) rows apart,
+// 4 x rows (cols) words, and rows wrap within a unit: an odd row (column)
+// count spreads them over the banks, about 2-way on average, where an even
+// one can pile them up (16-way for 4-byte 64 x 64 gathers). Units at a group's
+// edges are shared with the neighbouring groups: such output units are stored
 // element by element, input units past the buffer's ends loaded so. On the
-// H200 transpose_bench reads 50%, 79% and 112% of memcpy for 1- and 2-byte
-// batches of 31 x 33 and 4-byte 15 x 17 matrices and 92% for 4-byte 63 x 65,
-// where the element-by-element kernel before it read 31%, 56%, 98% and 82%;
-// 8- and 16-byte batches read as before (docs/BENCHMARKS.md, attempt 33).
+// H200 transpose_bench reads 96-97%, 106-107% and 112% of memcpy for 1- and
+// 2-byte batches of 31 x 33 and 4-byte 15 x 17 matrices and 91% for 4-byte 63
+// x 65, where the element-by-element kernel before it read 31%, 56%, 98% and
+// 82%; 8- and 16-byte batches read as before (docs/BENCHMARKS.md, attempts 33
+// and 34).
 template <typename T, int NT, bool kScatterInput>
 __global__ void __launch_bounds__(NT)
     SmallMatricesTranspose(const T* __restrict__ in, T* __restrict__ out,
@@ -529,6 +531,13 @@ __global__ void __launch_bounds__(NT)
                            Divider div_rows, Divider div_n) {
   constexpr uint32_t E = sizeof(uint4) / sizeof(T);  // Elements per unit.
   constexpr int kLoads = 4;  // Units in flight per thread.
+  // For 1- and 2-byte elements, units wholly inside the group whose elements
+  // change row (column) at most once skip the per-element checks and steps:
+  // each element's place is one of two bases plus k rows (columns). The kernel
+  // is bound by its instructions there (Nsight Compute, 1-byte 31 x 33: issue
+  // slots 83% busy, DRAM 18%); this took those batches from 51% to 99% of
+  // memcpy. 4-byte elements read 2-4 points slower with it.
+  constexpr bool kBranchFree = E >= 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   uint4* shared_units = reinterpret_cast<uint4*>(shared_bytes);
   T* shared = reinterpret_cast<T*>(shared_bytes);
@@ -585,6 +594,17 @@ __global__ void __launch_bounds__(NT)
         uint32_t place = lead + m * n + c * rows + r;
         Unit<T> unit;
         unit.bits = v[i];
+        if (kBranchFree && cols >= E && j0 >= 0 && j0 + E <= total) {
+          // The unit's elements change row at most once, after `split`.
+          const uint32_t split = cols - c;
+          const uint32_t next =
+              r + 1 < rows ? lead + m * n + r + 1 : lead + (m + 1) * n;
+          const uint32_t other = next - split * rows;
+#pragma unroll
+          for (uint32_t k = 0; k < E; ++k)
+            shared[(k < split ? place : other) + k * rows] = unit.element[k];
+          continue;
+        }
 #pragma unroll
         for (uint32_t k = 0; k < E; ++k) {
           if (j0 + k < j || j0 + k >= total) continue;
@@ -642,6 +662,18 @@ __global__ void __launch_bounds__(NT)
       uint32_t c = div_rows.Div(w), r = w - c * rows;
       uint32_t place = lead + m * n + r * cols + c;
       Unit<T> unit;
+      if (kBranchFree && rows >= E && j0 >= 0 && j0 + E <= total) {
+        // The unit's elements change column at most once, after `split`.
+        const uint32_t split = rows - r;
+        const uint32_t next =
+            c + 1 < cols ? lead + m * n + c + 1 : lead + (m + 1) * n;
+        const uint32_t other = next - split * cols;
+#pragma unroll
+        for (uint32_t k = 0; k < E; ++k)
+          unit.element[k] = shared[(k < split ? place : other) + k * cols];
+        out_units[u] = unit.bits;
+        continue;
+      }
 #pragma unroll
       for (uint32_t k = 0; k < E; ++k) {
         if (j0 + k < j || j0 + k >= total) continue;
@@ -868,7 +900,9 @@ cudaError_t LaunchSkewed(const TransposeArgs& args, cudaStream_t stream) {
 // Groups of whole matrices, as many as fit kSmallMatricesSharedBytes, one per
 // block, in grids of at most 2^31 - 1 blocks. Odd row counts scatter the
 // input, others gather the output (SmallMatricesTranspose says why); with
-// both even, gathering read faster for 2-byte elements (88% against 75%).
+// both even, gathering read faster for 2- and 8-byte 32 x 30 matrices (88%
+// against 75%, 117% against 79%), 5 points slower for 1-byte ones before the
+// branch-free path (45% against 50%; 97% with it).
 template <typename T>
 cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
                                 cudaStream_t stream) {

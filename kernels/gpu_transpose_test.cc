@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ostream>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -240,7 +241,10 @@ INSTANTIATE_TEST_SUITE_P(
 // its buffers need not be aligned to: every element offset within a unit, on
 // shapes that scatter the input (odd rows) and gather the output (even rows),
 // with groups whose units straddle their neighbours' and buffers whose first
-// and last units lie partly outside them.
+// and last units lie partly outside them, units that change row or matrix
+// once (the branch-free path) or many times (37 x 1), and groups
+// of over 1024 units (more than one round of loads: 20 x 32 x 32 and
+// 20 x 1 x 1024 for 1-byte elements).
 using PlacedCase = std::tuple<size_t, Shape>;
 
 class GpuSmallMatricesPlacementTest
@@ -257,7 +261,8 @@ TEST_P(GpuSmallMatricesPlacementTest, MatchesCpuReferenceAtAnyOffset) {
       KernelTakes(internal::Kernel::kSmallMatrices, element_size, shape));
   const uint64_t per_unit = element_size < 16 ? 16 / element_size : 1;
   for (uint64_t in = 0; in < per_unit; ++in) {
-    for (uint64_t out : {(in + 1) % per_unit, (per_unit - in) % per_unit}) {
+    for (uint64_t out :
+         std::set<uint64_t>{(in + 1) % per_unit, (per_unit - in) % per_unit}) {
       EXPECT_EQ(RunAndCompare(internal::Kernel::kSmallMatrices, element_size,
                               shape, {}, Placement{in, out}),
                 "")
@@ -279,7 +284,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{9, 32, 31}, Shape{3, 1, 37},
                                          Shape{4, 37, 1}, Shape{1, 1, 1},
                                          Shape{1000, 15, 17}, Shape{37, 21, 47},
-                                         Shape{6, 24, 41})),
+                                         Shape{6, 24, 41}, Shape{20, 32, 32},
+                                         Shape{20, 1, 1024})),
     PlacedCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136
