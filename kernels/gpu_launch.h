@@ -60,9 +60,13 @@ bool CanUseWords(const TransposeArgs& args);
 // Whether kSkewed can run `args`: 4- or 8-byte elements.
 bool CanSkew(const TransposeArgs& args);
 // Whether kSmallMatrices can run `args`: one matrix fits
-// kSmallMatricesSharedBytes.
+// kSmallMatricesMaxBytes.
 bool TakesSmallMatrices(const TransposeArgs& args);
+// Each block takes as many matrices as fit kSmallMatricesSharedBytes, or one
+// of at most kSmallMatricesMaxBytes, whose block then holds at most 48 KiB of
+// shared memory, what every device gives a block without opting in.
 inline constexpr size_t kSmallMatricesSharedBytes = 16 << 10;
+inline constexpr size_t kSmallMatricesMaxBytes = (48 << 10) - 32;
 
 // How a kernel walks its tiles and loads its input; AUTO picks it per shape
 // (kernels/gpu_transpose.cc). Only the tunable kernels take it

@@ -62,10 +62,28 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
   return args.rows * args.element_size % 32 == 0;
 }
 
+// Whether AUTO gives small_matrices a matrix of this size: up to 16 KiB, or
+// past it, where a block holds one matrix, 1-byte ones up to 48 KiB and
+// 2-byte ones up to 32 KiB whose row count is odd (the scatter path). On the
+// H200 (explore38) 1-byte matrices of 64 and 128 KiB read 60% and 57% of
+// memcpy there against 39-42% for the tiles, 2-byte 127 x 129 (32 KiB) 106%
+// against 66%; but 2-byte 255 x 257 (128 KiB) 64% against 70%, 4-byte
+// 127 x 129 (64 KiB) 88% against 96%, and with even row and column counts
+// the gathers can fall on one bank (2-byte 200 x 300: 39% against 71%).
+bool SmallMatricesSuitAuto(const TransposeArgs& args) {
+  const uint64_t bytes = args.rows * args.cols * args.element_size;
+  if (bytes <= internal::kSmallMatricesSharedBytes) return true;
+  if (args.rows % 2 == 0) return false;
+  return (args.element_size == 1 &&
+          bytes <= internal::kSmallMatricesMaxBytes) ||
+         (args.element_size == 2 && bytes <= (32 << 10));
+}
+
 }  // namespace
 
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): for
-// matrices of at most 16 KiB that 32 x 32 tiles would leave mostly partial
+// matrices of at most 16 KiB (some larger: SmallMatricesSuitAuto) that 32 x 32
+// tiles would leave mostly partial
 // (batches of 63 x 65, 31 x 33, 15 x 17), the whole matrices in shared memory
 // (run68: 4-byte 63 x 65 91% of memcpy and 15 x 17 112%, against 77% and 42%
 // for padded_32; 31 x 33 1-byte 96% against 20%, 2-byte 106% against 39%,
@@ -84,7 +102,8 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 // the skewed kernel for output rows that are not sector-aligned and the padded
 // 64 x 64 tile with 64 x 8 threads for those that are.
 Kernel AutoKernel(const TransposeArgs& args) {
-  if (TakesSmallMatrices(args) && FullTileFraction(args, 32, 32) < 0.9 &&
+  if (TakesSmallMatrices(args) && SmallMatricesSuitAuto(args) &&
+      FullTileFraction(args, 32, 32) < 0.9 &&
       !(args.element_size <= 2 && VectorTilesMostlyFull(args))) {
     return Kernel::kSmallMatrices;
   }

@@ -897,12 +897,12 @@ cudaError_t LaunchSkewed(const TransposeArgs& args, cudaStream_t stream) {
                      CeilDiv(args.cols, 64));
 }
 
-// Groups of whole matrices, as many as fit kSmallMatricesSharedBytes, one per
-// block, in grids of at most 2^31 - 1 blocks. Odd row counts scatter the
-// input, others gather the output (SmallMatricesTranspose says why); with
-// both even, gathering read faster for 2- and 8-byte 32 x 30 matrices (88%
-// against 75%, 117% against 79%), 5 points slower for 1-byte ones before the
-// branch-free path (45% against 50%; 97% with it).
+// Groups of whole matrices, as many as fit kSmallMatricesSharedBytes (or one
+// larger matrix), one per block, in grids of at most 2^31 - 1 blocks. Odd row
+// counts scatter the input, others gather the output (SmallMatricesTranspose
+// says why); with both even, gathering read faster for 2- and 8-byte 32 x 30
+// matrices (88% against 75%, 117% against 79%), 5 points slower for 1-byte ones
+// before the branch-free path (45% against 50%; 97% with it).
 template <typename T>
 cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
                                 cudaStream_t stream) {
@@ -910,7 +910,8 @@ cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
   const uint32_t rows = static_cast<uint32_t>(args.rows),
                  cols = static_cast<uint32_t>(args.cols), n = rows * cols;
   const uint32_t per_block = static_cast<uint32_t>(std::min<uint64_t>(
-      args.batch, kSmallMatricesSharedBytes / (uint64_t{n} * sizeof(T))));
+      args.batch, std::max<uint64_t>(1, kSmallMatricesSharedBytes /
+                                            (uint64_t{n} * sizeof(T)))));
   const uint64_t groups = CeilDiv(args.batch, per_block);
   // A group's elements and the parts of the units at either end that are not.
   const size_t shared = per_block * n * sizeof(T) + 2 * sizeof(uint4);
@@ -984,7 +985,7 @@ bool TakesSmallMatrices(const TransposeArgs& args) {
       args.cols >= (uint64_t{1} << 32)) {
     return false;
   }
-  return args.rows * args.cols <= kSmallMatricesSharedBytes / args.element_size;
+  return args.rows * args.cols <= kSmallMatricesMaxBytes / args.element_size;
 }
 
 TileShape VectorTileOf(const TransposeArgs& args) {
@@ -1020,7 +1021,7 @@ size_t SharedMemoryBytes(Kernel kernel, size_t element_size) {
     return 0;
   // At most, for any shape it takes.
   if (kernel == Kernel::kSmallMatrices)
-    return kSmallMatricesSharedBytes + 2 * sizeof(uint4);
+    return kSmallMatricesMaxBytes + 2 * sizeof(uint4);
   const LaunchShape shape = ShapeOf(kernel);
   return static_cast<size_t>(shape.tile) * (shape.tile + shape.pad) *
          element_size;

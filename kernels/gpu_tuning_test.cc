@@ -122,13 +122,20 @@ TEST(AutoKernelTest, SmallMatricesWhereTilesWouldBeMostlyPartial) {
   EXPECT_EQ(AutoKernelOf(8, 1024, 63, 65), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(16, 512, 63, 65), internal::Kernel::kVector);
   EXPECT_EQ(AutoKernelOf(4, 512, 127, 129), internal::Kernel::kPadded32);
-  // One matrix of at most 16 KiB.
+  // The kernel takes one matrix of up to 48 KiB less its 32 bytes of slack;
+  // past 16 KiB AUTO gives it 1-byte ones of that size and 2-byte ones of up
+  // to 32 KiB, with an odd row count.
   EXPECT_TRUE(internal::TakesSmallMatrices(
-      {4, 1, 64, 64, reinterpret_cast<void*>(256), nullptr}));
+      {4, 1, 64, 192 - 1, reinterpret_cast<void*>(256), nullptr}));
   EXPECT_FALSE(internal::TakesSmallMatrices(
-      {4, 1, 64, 65, reinterpret_cast<void*>(256), nullptr}));
-  EXPECT_TRUE(internal::TakesSmallMatrices(
-      {1, 1, 128, 128, reinterpret_cast<void*>(256), nullptr}));
+      {4, 1, 64, 192, reinterpret_cast<void*>(256), nullptr}));
+  EXPECT_EQ(AutoKernelOf(1, 100, 181, 180), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(1, 100, 180, 181), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 100, 191, 257), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(1, 100, 192, 257), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(2, 100, 127, 129), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(2, 100, 129, 129), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(4, 100, 63, 67), internal::Kernel::kPadded32);
   EXPECT_FALSE(internal::TakesSmallMatrices(
       {4, 1, uint64_t{1} << 32, 1, reinterpret_cast<void*>(256), nullptr}));
 }
