@@ -157,8 +157,8 @@ TEST(TuningTest, TheUntunableKernelsRefuseTunings) {
 
 // Whether a kernel fits a device's shared memory is a function of the shape and
 // the device's limit: 16-byte elements in padded_64's 64x65 tile need 66560
-// bytes, more than a T4's 64 KiB; every kernel AUTO picks needs at most 33280
-// (8-byte elements in padded_64x8's tile).
+// bytes, more than a T4's 64 KiB; every kernel AUTO picks needs at most 48 KiB
+// (small_matrices, one matrix per block), what every device gives a block.
 TEST(CheckFitsDeviceTest, RefusesAKernelLargerThanTheDevicesSharedMemory) {
   constexpr size_t kT4 = 64 << 10, kH200 = 227 << 10;
   for (const size_t element_size : {1, 2, 4, 8, 16}) {
@@ -179,6 +179,11 @@ TEST(CheckFitsDeviceTest, RefusesAKernelLargerThanTheDevicesSharedMemory) {
                 element_size < 16)
           << element_size;
     }
+  }
+  for (const size_t element_size : {1, 2, 4, 8, 16}) {
+    const TransposeArgs batch{element_size, 100, 31, 33, nullptr, nullptr};
+    EXPECT_TRUE(CheckFitsDevice(Algorithm::kAuto, batch, 48 << 10).ok())
+        << element_size;
   }
   const TransposeArgs complex128{16, 1, 64, 64, nullptr, nullptr};
   const absl::Status refused =
