@@ -62,21 +62,21 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
   return args.rows * args.element_size % 32 == 0;
 }
 
-// Whether AUTO gives small_matrices a matrix of this size: up to 16 KiB, or
-// past it, where a block holds one matrix, 1-byte ones up to 48 KiB and
-// 2-byte ones up to 32 KiB whose row count is odd (the scatter path). On the
-// H200 (explore38) 1-byte matrices of 64 and 128 KiB read 60% and 57% of
-// memcpy there against 39-42% for the tiles, 2-byte 127 x 129 (32 KiB) 106%
-// against 66%; but 2-byte 255 x 257 (128 KiB) 64% against 70%, 4-byte
-// 127 x 129 (64 KiB) 88% against 96%, and with even row and column counts
-// the gathers can fall on one bank (2-byte 200 x 300: 39% against 71%).
+// Whether AUTO gives small_matrices a matrix the kernel takes (so its size is
+// bounded): up to 16 KiB any, past it (a block then holds one matrix) 1-byte
+// ones and 2-byte ones up to 32 KiB with an odd row or column count. On the
+// H200 (explore38, explore39) 1-byte matrices of 32 to 128 KiB read 55-97% of
+// memcpy there against 31-47% for the tiles (180 x 180, whose gathers fall
+// on two banks, the 55%), 2-byte 127 x 129 and 126 x 129 (32 KiB) 101-106%
+// against 62-66%; but 2-byte 255 x 257 (128 KiB) 64% against 70%, 200 x 300
+// (117 KiB, even both ways: the gathers fall on one bank) 39% against 71%,
+// and 4-byte 127 x 129 (64 KiB) 88% against 96%.
 bool SmallMatricesSuitAuto(const TransposeArgs& args) {
   const uint64_t bytes = args.rows * args.cols * args.element_size;
   if (bytes <= internal::kSmallMatricesSharedBytes) return true;
-  if (args.rows % 2 == 0) return false;
-  return (args.element_size == 1 &&
-          bytes <= internal::kSmallMatricesMaxBytes) ||
-         (args.element_size == 2 && bytes <= (32 << 10));
+  if (args.element_size == 1) return true;
+  return args.element_size == 2 && bytes <= (32 << 10) &&
+         (args.rows % 2 == 1 || args.cols % 2 == 1);
 }
 
 }  // namespace

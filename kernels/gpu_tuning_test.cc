@@ -99,8 +99,9 @@ TEST(AutoKernelTest, VectorWhereItsTilesAreMostlyFull) {
   EXPECT_EQ(AutoKernelOf(2, 16, 72, 200), internal::Kernel::kPadded64x8);
 }
 
-// Matrices of at most 16 KiB that 32 x 32 tiles would leave mostly partial
-// are staged whole; those the tiles cover, or larger ones, are tiled.
+// Matrices of at most 16 KiB (some larger: SmallMatricesSuitAuto) that 32 x 32
+// tiles would leave mostly partial are staged whole; those the tiles cover, or
+// larger ones, are tiled.
 TEST(AutoKernelTest, SmallMatricesWhereTilesWouldBeMostlyPartial) {
   for (size_t element_size : {1, 2, 4}) {
     EXPECT_EQ(AutoKernelOf(element_size, 2048, 63, 65),
@@ -124,16 +125,18 @@ TEST(AutoKernelTest, SmallMatricesWhereTilesWouldBeMostlyPartial) {
   EXPECT_EQ(AutoKernelOf(4, 512, 127, 129), internal::Kernel::kPadded32);
   // The kernel takes one matrix of up to 48 KiB less its 32 bytes of slack;
   // past 16 KiB AUTO gives it 1-byte ones of that size and 2-byte ones of up
-  // to 32 KiB, with an odd row count.
+  // to 32 KiB unless their rows and columns are both even.
   EXPECT_TRUE(internal::TakesSmallMatrices(
-      {4, 1, 64, 192 - 1, reinterpret_cast<void*>(256), nullptr}));
+      {4, 1, 8, 1535, reinterpret_cast<void*>(256), nullptr}));
   EXPECT_FALSE(internal::TakesSmallMatrices(
-      {4, 1, 64, 192, reinterpret_cast<void*>(256), nullptr}));
+      {1, 1, 1, 49121, reinterpret_cast<void*>(256), nullptr}));
   EXPECT_EQ(AutoKernelOf(1, 100, 181, 180), internal::Kernel::kSmallMatrices);
-  EXPECT_EQ(AutoKernelOf(1, 100, 180, 181), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 100, 180, 180), internal::Kernel::kSmallMatrices);
   EXPECT_EQ(AutoKernelOf(1, 100, 191, 257), internal::Kernel::kSmallMatrices);
-  EXPECT_EQ(AutoKernelOf(1, 100, 192, 257), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 100, 191, 258), internal::Kernel::kPadded64x8);
   EXPECT_EQ(AutoKernelOf(2, 100, 127, 129), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(2, 100, 126, 129), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(2, 100, 126, 130), internal::Kernel::kPadded64x8);
   EXPECT_EQ(AutoKernelOf(2, 100, 129, 129), internal::Kernel::kPadded64x8);
   EXPECT_EQ(AutoKernelOf(4, 100, 63, 67), internal::Kernel::kPadded32);
   EXPECT_FALSE(internal::TakesSmallMatrices(
