@@ -522,6 +522,60 @@ union Unit {
 // x 65, where the element-by-element kernel before it read 31%, 56%, 98% and
 // 82%; 8- and 16-byte batches read as before (docs/BENCHMARKS.md, attempts 33
 // and 34).
+// Moves one unit's elements between `unit` and their places in shared memory
+// (into shared memory when kToShared), those of group elements j0 + k within
+// [0, total). Along a unit, one index of the other side's layout runs fast
+// (up to `fast_len`) and its place steps by `slow_len`: for a scatter the
+// input's column, stepping output rows; for a gather the output's column (the
+// input's row), stepping input rows. kBranchFree: see SmallMatricesTranspose.
+template <typename T, bool kToShared, bool kBranchFree>
+__device__ __forceinline__ void MoveUnit(Unit<T>& unit, T* shared, int64_t j0,
+                                         uint32_t total, uint32_t n,
+                                         uint32_t lead, uint32_t fast_len,
+                                         uint32_t slow_len,
+                                         const Divider& div_n,
+                                         const Divider& div_fast) {
+  constexpr uint32_t E = sizeof(uint4) / sizeof(T);
+  // The unit's first element of this group, as (m, slow, fast), and its place.
+  const uint32_t j = static_cast<uint32_t>(max(j0, int64_t{0}));
+  uint32_t m = div_n.Div(j), w = j - m * n;
+  uint32_t slow = div_fast.Div(w), fast = w - slow * fast_len;
+  uint32_t place = lead + m * n + fast * slow_len + slow;
+  const auto move = [&](uint32_t k, uint32_t at) {
+    if constexpr (kToShared) {
+      shared[at] = unit.element[k];
+    } else {
+      unit.element[k] = shared[at];
+    }
+  };
+  if (kBranchFree && fast_len >= E && j0 >= 0 && j0 + E <= total) {
+    // The slow index changes at most once, after `split` elements.
+    const uint32_t split = fast_len - fast;
+    const uint32_t next =
+        slow + 1 < slow_len ? lead + m * n + slow + 1 : lead + (m + 1) * n;
+    const uint32_t other = next - split * slow_len;
+#pragma unroll
+    for (uint32_t k = 0; k < E; ++k)
+      move(k, (k < split ? place : other) + k * slow_len);
+    return;
+  }
+#pragma unroll
+  for (uint32_t k = 0; k < E; ++k) {
+    if (j0 + k < j || j0 + k >= total) continue;
+    move(k, place);
+    if (++fast == fast_len) {
+      fast = 0;
+      if (++slow == slow_len) {
+        slow = 0;
+        ++m;
+      }
+      place = lead + m * n + slow;
+    } else {
+      place += slow_len;
+    }
+  }
+}
+
 template <typename T, int NT, bool kScatterInput>
 __global__ void __launch_bounds__(NT)
     SmallMatricesTranspose(const T* __restrict__ in, T* __restrict__ out,
@@ -585,41 +639,12 @@ __global__ void __launch_bounds__(NT)
       for (int i = 0; i < kLoads; ++i) {
         const uint64_t u = base + i * NT + threadIdx.x;
         if (u > last) continue;
-        // The unit's first element of this group, as (m, r, c) and its place.
         const int64_t j0 =
             static_cast<int64_t>(u * E) - in_head - static_cast<int64_t>(begin);
-        const uint32_t j = static_cast<uint32_t>(max(j0, int64_t{0}));
-        uint32_t m = div_n.Div(j), w = j - m * n;
-        uint32_t r = div_cols.Div(w), c = w - r * cols;
-        uint32_t place = lead + m * n + c * rows + r;
         Unit<T> unit;
         unit.bits = v[i];
-        if (kBranchFree && cols >= E && j0 >= 0 && j0 + E <= total) {
-          // The unit's elements change row at most once, after `split`.
-          const uint32_t split = cols - c;
-          const uint32_t next =
-              r + 1 < rows ? lead + m * n + r + 1 : lead + (m + 1) * n;
-          const uint32_t other = next - split * rows;
-#pragma unroll
-          for (uint32_t k = 0; k < E; ++k)
-            shared[(k < split ? place : other) + k * rows] = unit.element[k];
-          continue;
-        }
-#pragma unroll
-        for (uint32_t k = 0; k < E; ++k) {
-          if (j0 + k < j || j0 + k >= total) continue;
-          shared[place] = unit.element[k];
-          if (++c == cols) {
-            c = 0;
-            if (++r == rows) {
-              r = 0;
-              ++m;
-            }
-            place = lead + m * n + r;
-          } else {
-            place += rows;
-          }
-        }
+        MoveUnit<T, true, kBranchFree>(unit, shared, j0, total, n, lead, cols,
+                                       rows, div_n, div_cols);
       }
     }
     __syncthreads();
@@ -653,42 +678,11 @@ __global__ void __launch_bounds__(NT)
     const uint64_t first = (begin + out_head) / E,
                    last = (begin + total - 1 + out_head) / E;
     for (uint64_t u = first + threadIdx.x; u <= last; u += NT) {
-      // The unit's first element of this group, as (m, c, r) of the output,
-      // and where the input element it takes lies.
       const int64_t j0 =
           static_cast<int64_t>(u * E) - out_head - static_cast<int64_t>(begin);
-      const uint32_t j = static_cast<uint32_t>(max(j0, int64_t{0}));
-      uint32_t m = div_n.Div(j), w = j - m * n;
-      uint32_t c = div_rows.Div(w), r = w - c * rows;
-      uint32_t place = lead + m * n + r * cols + c;
       Unit<T> unit;
-      if (kBranchFree && rows >= E && j0 >= 0 && j0 + E <= total) {
-        // The unit's elements change column at most once, after `split`.
-        const uint32_t split = rows - r;
-        const uint32_t next =
-            c + 1 < cols ? lead + m * n + c + 1 : lead + (m + 1) * n;
-        const uint32_t other = next - split * cols;
-#pragma unroll
-        for (uint32_t k = 0; k < E; ++k)
-          unit.element[k] = shared[(k < split ? place : other) + k * cols];
-        out_units[u] = unit.bits;
-        continue;
-      }
-#pragma unroll
-      for (uint32_t k = 0; k < E; ++k) {
-        if (j0 + k < j || j0 + k >= total) continue;
-        unit.element[k] = shared[place];
-        if (++r == rows) {
-          r = 0;
-          if (++c == cols) {
-            c = 0;
-            ++m;
-          }
-          place = lead + m * n + c;
-        } else {
-          place += cols;
-        }
-      }
+      MoveUnit<T, false, kBranchFree>(unit, shared, j0, total, n, lead, rows,
+                                      cols, div_n, div_rows);
       if (j0 >= 0 && j0 + E <= total) {
         out_units[u] = unit.bits;
         continue;
