@@ -502,26 +502,6 @@ union Unit {
   T element[sizeof(uint4) / sizeof(T)];
 };
 
-// Batches of small matrices, each staged whole in shared memory: a block takes
-// `per_block` matrices and moves one side of the transpose as a flat copy of
-// 16-byte units, the other element by element. With kScatterInput (odd row
-// counts) it scatters each input unit's elements to their transposed places in
-// shared memory, which holds the output as it will lie, and copies the output
-// out whole; otherwise it copies the input in whole and gathers each output
-// unit's elements from it. Shared memory mirrors global memory's 16-byte
-// alignment, so the copied side needs no index arithmetic and the other side
-// pays it once per unit (two multiply-high divisions). The elements a warp
-// scatters (gathers) at once lie a unit's worth of output (input) rows apart,
-// 4 x rows (cols) words, and rows wrap within a unit: an odd row (column)
-// count spreads them over the banks, about 2-way on average, where an even
-// one can pile them up (16-way for 4-byte 64 x 64 gathers). Units at a group's
-// edges are shared with the neighbouring groups: such output units are stored
-// element by element, input units past the buffer's ends loaded so. On the
-// H200 transpose_bench reads 96-97%, 106-107% and 112% of memcpy for 1- and
-// 2-byte batches of 31 x 33 and 4-byte 15 x 17 matrices and 91% for 4-byte 63
-// x 65, where the element-by-element kernel before it read 31%, 56%, 98% and
-// 82%; 8- and 16-byte batches read as before (docs/BENCHMARKS.md, attempts 33
-// and 34).
 // Moves one unit's elements between `unit` and their places in shared memory
 // (into shared memory when kToShared), those of group elements j0 + k within
 // [0, total). Along a unit, one index of the other side's layout runs fast
@@ -576,6 +556,26 @@ __device__ __forceinline__ void MoveUnit(Unit<T>& unit, T* shared, int64_t j0,
   }
 }
 
+// Batches of small matrices, each staged whole in shared memory: a block takes
+// `per_block` matrices and moves one side of the transpose as a flat copy of
+// 16-byte units, the other element by element. With kScatterInput (odd row
+// counts) it scatters each input unit's elements to their transposed places in
+// shared memory, which holds the output as it will lie, and copies the output
+// out whole; otherwise it copies the input in whole and gathers each output
+// unit's elements from it. Shared memory mirrors global memory's 16-byte
+// alignment, so the copied side needs no index arithmetic and the other side
+// pays it once per unit (two multiply-high divisions). The elements a warp
+// scatters (gathers) at once lie a unit's worth of output (input) rows apart,
+// 4 x rows (cols) words, and rows wrap within a unit: an odd row (column)
+// count spreads them over the banks, about 2-way on average, where an even
+// one can pile them up (16-way for 4-byte 64 x 64 gathers). Units at a group's
+// edges are shared with the neighbouring groups: such output units are stored
+// element by element, input units past the buffer's ends loaded so. On the
+// H200 transpose_bench reads 96-97%, 106-107% and 112% of memcpy for 1- and
+// 2-byte batches of 31 x 33 and 4-byte 15 x 17 matrices and 91% for 4-byte 63
+// x 65, where the element-by-element kernel before it read 31%, 56%, 98% and
+// 82%; 8- and 16-byte batches read as before (docs/BENCHMARKS.md, attempts 33
+// and 34).
 template <typename T, int NT, bool kScatterInput>
 __global__ void __launch_bounds__(NT)
     SmallMatricesTranspose(const T* __restrict__ in, T* __restrict__ out,
