@@ -64,13 +64,13 @@ bool OutputRowsSectorAligned(const TransposeArgs& args) {
 
 // Whether AUTO gives small_matrices a matrix the kernel takes (so its size is
 // bounded): up to 16 KiB any, past it (a block then holds one matrix) 1-byte
-// ones and 2-byte ones up to 32 KiB with an odd row or column count. On the
-// H200 (explore38, explore39) 1-byte matrices of 32 to 128 KiB read 55-97% of
-// memcpy there against 31-47% for the tiles (180 x 180, whose gathers fall
-// on two banks, the 55%), 2-byte 127 x 129 and 126 x 129 (32 KiB) 101-106%
-// against 62-66%; but 2-byte 255 x 257 (128 KiB) 64% against 70%, 200 x 300
-// (117 KiB, even both ways: the gathers fall on one bank) 39% against 71%,
-// and 4-byte 127 x 129 (64 KiB) 88% against 96%.
+// ones of any shape and 2-byte ones up to 32 KiB with an odd row or column
+// count. On the H200 (explore38, explore39) 1-byte matrices of 32 to 128 KiB
+// read 55-97% of memcpy there against 31-47% for the tiles (180 x 180, whose
+// gathers fall on two banks, the 55%), 2-byte 127 x 129 and 126 x 129 (32 KiB)
+// 101-106% against 62-66%; but 2-byte 255 x 257 (128 KiB) 64% against 70%,
+// 200 x 300 (117 KiB, even both ways: the gathers fall on one bank) 39%
+// against 71%, and 4-byte 127 x 129 (64 KiB) 88% against 96%.
 bool SmallMatricesSuitAuto(const TransposeArgs& args) {
   const uint64_t bytes = args.rows * args.cols * args.element_size;
   if (bytes <= internal::kSmallMatricesSharedBytes) return true;
@@ -83,8 +83,8 @@ bool SmallMatricesSuitAuto(const TransposeArgs& args) {
 
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): for
 // matrices of at most 16 KiB (some larger: SmallMatricesSuitAuto) that 32 x 32
-// tiles would leave mostly partial
-// (batches of 63 x 65, 31 x 33, 15 x 17), the whole matrices in shared memory
+// tiles would leave mostly partial (batches of 63 x 65, 31 x 33, 15 x 17), the
+// whole matrices in shared memory
 // (run68: 4-byte 63 x 65 91% of memcpy and 15 x 17 112%, against 77% and 42%
 // for padded_32; 31 x 33 1-byte 96% against 20%, 2-byte 106% against 39%,
 // 8-byte 110% against 106%, 16-byte 118% against 111%: attempts 32 to 34;

@@ -239,7 +239,7 @@ int Run(const char* json_path, bool quick, const char* only) {
     cases.push_back({std::to_string(batch) + "x(31x33)", size, batch, 31, 33});
   }
   // Past 16 KiB a matrix, one per block: AUTO gives small_matrices 1-byte
-  // ones up to 48 KiB and 2-byte ones up to 32 KiB there, with odd rows.
+  // ones up to 48 KiB and 2-byte ones up to 32 KiB not even both ways.
   cases.push_back({std::to_string((32 << 20) / (181 * 180)) + "x(181x180)", 1,
                    (32 << 20) / (181 * 180), 181, 180});
   cases.push_back({std::to_string((32 << 20) / (2 * 127 * 129)) + "x(127x129)",
