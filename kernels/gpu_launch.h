@@ -27,7 +27,8 @@ enum class Kernel : int {
   // CanUseWords.
   kWord,
   // Output windows shifted per row to start on 32-byte sectors, for output
-  // rows that are not sector-aligned (4- and 8-byte elements); needs CanSkew.
+  // rows that are not sector-aligned (1- and 2-byte elements moved in words
+  // both ways); needs CanSkew.
   kSkewed,
   // Whole matrices staged in shared memory, one side of the transpose copied
   // in 16-byte units: batches of small matrices that tiles would leave mostly
@@ -57,7 +58,7 @@ TileShape VectorTileOf(const TransposeArgs& args);
 // Whether kWord can run `args`: 1-byte elements, rows and columns multiples of
 // 4, 4-byte aligned buffers.
 bool CanUseWords(const TransposeArgs& args);
-// Whether kSkewed can run `args`: 4- or 8-byte elements.
+// Whether kSkewed can run `args`: 1-, 2-, 4- or 8-byte elements.
 bool CanSkew(const TransposeArgs& args);
 // Whether kSmallMatrices can run `args`: one matrix fits
 // kSmallMatricesMaxBytes.

@@ -79,6 +79,26 @@ bool SmallMatricesSuitAuto(const TransposeArgs& args) {
          (args.rows % 2 == 1 || args.cols % 2 == 1);
 }
 
+// Whether AUTO gives a 1- or 2-byte matrix that neither the vector kernel
+// (with mostly full tiles) nor the word kernel takes to the skewed kernel
+// rather than padded_64x8: where output rows are not sector-aligned, as for 4-
+// and 8-byte elements, from 8 MiB (1-byte) or 32 MiB (2-byte), where
+// padded_64x8's partial sectors cost more than the skewed kernel's
+// instructions, and with at least 1024 rows and columns: 8 of its 128-row
+// windows down a matrix (the first and last take its slower checked path),
+// and tiles of 125 or 63 columns mostly full (every shape measured had more
+// than 1024). On the H200 (attempt 36, exploration 46, with the kernel's
+// windows on words, which read 3-16 points less than the kept sectors on the
+// odd shapes both ran): 1-byte 2897 x 2899 (8 MiB) 91% of memcpy against 78%
+// (sectors: 94%), 2047 x 2049 (4 MiB) 78% against 84%; 2-byte 4097 x 4099 (32
+// MiB) 79% against 74% (sectors: 89%), 2047 x 2049 (8 MiB) 87% against 102%.
+bool SkewedSuitsAuto(const TransposeArgs& args) {
+  constexpr uint64_t kMinRowsAndCols = 1024;
+  const uint64_t min_bytes = args.element_size == 1 ? 8 << 20 : 32 << 20;
+  return !OutputRowsSectorAligned(args) && args.bytes() >= min_bytes &&
+         args.rows >= kMinRowsAndCols && args.cols >= kMinRowsAndCols;
+}
+
 }  // namespace
 
 // AUTO's pick, from transpose_bench on the H200 (docs/BENCHMARKS.md): for
@@ -93,7 +113,8 @@ bool SmallMatricesSuitAuto(const TransposeArgs& args) {
 // read 101% on batches of 64 x 64, small_matrices 68%).
 // Otherwise the vector kernel for 1- and 2-byte elements where its 16-byte
 // accesses are possible and its tiles mostly full (else the word kernel for
-// bytes; a batch of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for
+// bytes, then the skewed kernel for large matrices, SkewedSuitsAuto, then
+// padded_64x8; a batch of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for
 // 16-byte elements wherever its accesses are possible. For 4- and 8-byte
 // elements: where most 64 x 64 tiles would be partial (small odd matrices,
 // often batched), the 32 x 32 tile, which wastes less (4-byte batches of 63 x
@@ -110,10 +131,11 @@ Kernel AutoKernel(const TransposeArgs& args) {
   switch (args.element_size) {
     case 1:
       if (VectorTilesMostlyFull(args)) return Kernel::kVector;
-      return internal::CanUseWords(args) ? Kernel::kWord : Kernel::kPadded64x8;
+      if (internal::CanUseWords(args)) return Kernel::kWord;
+      return SkewedSuitsAuto(args) ? Kernel::kSkewed : Kernel::kPadded64x8;
     case 2:
-      return VectorTilesMostlyFull(args) ? Kernel::kVector
-                                         : Kernel::kPadded64x8;
+      if (VectorTilesMostlyFull(args)) return Kernel::kVector;
+      return SkewedSuitsAuto(args) ? Kernel::kSkewed : Kernel::kPadded64x8;
     case 16:
       return internal::CanVectorize(args) ? Kernel::kVector : Kernel::kPadded32;
     default:

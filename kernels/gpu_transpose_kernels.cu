@@ -481,6 +481,158 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+// The skewed kernel for 1- and 2-byte elements, whose rows start at any byte:
+// element-wise global accesses would cost an instruction per one or two bytes,
+// so both sides move 4-byte words (K = 4 / sizeof(T) elements). Output windows
+// of TR elements start on 32-byte sectors (A elements), shifted per output row
+// as in SkewedTranspose; the block loads the TR + A - 1 input rows its windows
+// need, each as 32 words from the one holding the tile's first column, so a
+// tile has 32 K - (K - 1) columns whatever the row's alignment. The shared
+// tile is column-major (one output row's window contiguous): each element of a
+// loaded word is stored on its own, and each output word is funnel-shifted out
+// of the two shared words it straddles. A warp's input rows lie 16 apart (a
+// multiple of 4 bytes), so they share one misalignment: the interior path
+// loads at constant offsets from one pointer. On the H200 (docs/BENCHMARKS.md,
+// attempt 36) 1-byte 12345 x 6789 reads 82% of memcpy and 4097 x 4099 87%,
+// where padded_64x8 reads 40% and 58%; 2-byte 88% (64%) and 89% (77%). Windows
+// on words instead of sectors (no shift per output row) read 67%, 84%, 81% and
+// 85%: partial sectors at both ends of every window cost more than the 28 or
+// 14 more input rows. It is bound by instructions and shared-memory stores
+// (one per element). A variant that transposed groups of 4 rows in registers
+// before one vector store (exploration 45) issued more instructions.
+template <typename T, int TR>
+__global__ void __launch_bounds__(512)
+    SkewedWordsTranspose(const T* __restrict__ in, T* __restrict__ out,
+                         uint64_t rows, uint64_t cols, uint64_t col_tile0,
+                         uint64_t batch0) {
+  constexpr int E = sizeof(T), K = 4 / E, A = 32 / E;
+  constexpr int kCols = 32 * K - (K - 1);
+  constexpr int kSharedCols = 32 * K + K - 1;  // Column K - 1 is the first.
+  constexpr int kRowsIn = TR + A - 1;
+  constexpr int kStride = kRowsIn | 1;  // Odd: a warp's stores hit 32 banks.
+  constexpr int kWarps = 16;
+  constexpr int kRowsPerWarp = (kRowsIn + kWarps - 1) / kWarps;
+  constexpr int kColsPerWarp = (kCols + kWarps - 1) / kWarps;
+  constexpr int kWordsOut = TR / K / 32;
+  static_assert(TR % (32 * K) == 0 && TR % A == 0 && kWarps % K == 0);
+  __shared__ uint32_t tile_words[(kSharedCols * kStride + K - 1) / K + 1];
+  T* tile = reinterpret_cast<T*>(tile_words);
+  const int64_t r_base = int64_t{blockIdx.x} * TR - (A - 1);
+  const uint64_t col0 = (col_tile0 + blockIdx.y) * kCols;
+  const uint64_t n = rows * cols;
+  const uint64_t offset = (batch0 + blockIdx.z) * n;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int c_end = static_cast<int>(min(uint64_t{kCols}, cols - col0));
+  // Whole windows, words inside the matrix and offsets within the tile in 32
+  // bits. r_base >= 0 means r_base >= TR - (A - 1), more than the up to K - 1
+  // elements the first row's first word starts before its column; lane 31's
+  // word of the last row ends within 32 K - 1 elements past it.
+  const bool interior = r_base >= 0 && r_base + kRowsIn <= int64_t(rows) &&
+                        kRowsIn * cols * E < (uint64_t{1} << 31) &&
+                        kCols * rows * E < (uint64_t{1} << 31) &&
+                        (r_base + kRowsIn - 1) * cols + col0 + 32 * K <= n;
+  if (interior) {
+    const T* row = in + (offset + r_base * cols + col0) +
+                   warp * static_cast<uint32_t>(cols);
+    const int m = static_cast<int>(reinterpret_cast<uintptr_t>(row) % 4);
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(
+                              reinterpret_cast<const char*>(row) - m) +
+                          lane;
+    const uint32_t step = kWarps * static_cast<uint32_t>(cols) * E / 4;
+    uint32_t v[kRowsPerWarp];
+#pragma unroll
+    for (int q = 0; q < kRowsPerWarp; ++q) {
+      if (q == kRowsPerWarp - 1 && warp + q * kWarps >= kRowsIn) break;
+      v[q] = src[q * step];
+    }
+    T* dst = tile + ((K - 1) - m / E + lane * K) * kStride + warp;
+#pragma unroll
+    for (int q = 0; q < kRowsPerWarp; ++q) {
+      if (q == kRowsPerWarp - 1 && warp + q * kWarps >= kRowsIn) break;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        dst[k * kStride + q * kWarps] = T(v[q] >> (8 * E * k));
+    }
+  } else {
+    // Rows past the matrix are skipped (their elements are never stored);
+    // words reaching past it are loaded element by element.
+    const T* matrix = in + offset;
+    const uint32_t head = reinterpret_cast<uintptr_t>(matrix) % 4;
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(
+        reinterpret_cast<const char*>(matrix) - head);
+    for (int r = warp; r < kRowsIn; r += kWarps) {
+      const int64_t row = r_base + r;
+      if (row < 0 || row >= int64_t(rows)) continue;
+      const uint64_t byte = head + (uint64_t(row) * cols + col0) * E;
+      const uint64_t w = byte / 4 + lane;
+      uint32_t v = 0;
+      if (w * 4 >= head && w * 4 + 4 <= head + n * E) {
+        v = words[w];
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const int64_t e = (int64_t(w * 4) - int64_t(head)) / E + k;
+          if (e >= 0 && uint64_t(e) < n)
+            v |= uint32_t(matrix[e]) << (8 * E * k);
+        }
+      }
+      const int sc0 = (K - 1) - static_cast<int>(byte % 4) / E + lane * K;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        tile[(sc0 + k) * kStride + r] = T(v >> (8 * E * k));
+    }
+  }
+  __syncthreads();
+  // Warp w writes output rows col0 + w + 16 q, each window starting shift
+  // elements past r_base, where it starts on a sector: from output element o
+  // of (col0 + w, r_base), whose place in its sector is `phase`.
+  const uint64_t o = offset + (col0 + warp) * rows + r_base;
+  const uint32_t phase =
+      static_cast<uint32_t>((reinterpret_cast<uintptr_t>(out) / E + o) % A);
+  const uint32_t phase_step = kWarps * static_cast<uint32_t>(rows % A);
+  const auto window = [&](int q, int* shift, const uint32_t** from, int* bits) {
+    *shift = static_cast<int>((A - (phase + q * phase_step) % A) % A);
+    const int p = (warp + q * kWarps + K - 1) * kStride + *shift + lane * K;
+    *from = tile_words + p / K;
+    *bits = (p % K) * E * 8;
+  };
+  if (interior) {
+    T* const first = out + o;
+    const uint32_t step = kWarps * static_cast<uint32_t>(rows);
+#pragma unroll
+    for (int q = 0; q < kColsPerWarp; ++q) {
+      if (warp + q * kWarps >= c_end) break;
+      int shift, bits;
+      const uint32_t* from;
+      window(q, &shift, &from, &bits);
+      uint32_t* to =
+          reinterpret_cast<uint32_t*>(first + (q * step + shift)) + lane;
+#pragma unroll
+      for (int h = 0; h < kWordsOut; ++h)
+        to[h * 32] = __funnelshift_r(from[h * 32], from[h * 32 + 1], bits);
+    }
+  } else {
+    for (int q = 0; q < kColsPerWarp; ++q) {
+      if (warp + q * kWarps >= c_end) break;
+      int shift, bits;
+      const uint32_t* from;
+      window(q, &shift, &from, &bits);
+#pragma unroll
+      for (int h = 0; h < kWordsOut; ++h) {
+        const uint32_t word =
+            __funnelshift_r(from[h * 32], from[h * 32 + 1], bits);
+        const int i0 = shift + (h * 32 + lane) * K;  // From r_base.
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          if (r_base + i0 + k >= 0 && r_base + i0 + k < int64_t(rows))
+            out[o + uint64_t(q * kWarps) * rows + i0 + k] =
+                T(word >> (8 * E * k));
+        }
+      }
+    }
+  }
+}
+
 // q = n / d for 32-bit n and d (Granlund and Montgomery): a multiply-high, an
 // add and a shift, where a division takes about twenty instructions.
 struct Divider {
@@ -879,6 +1031,21 @@ cudaError_t LaunchWord(const TransposeArgs& args, cudaStream_t stream,
                      CeilDiv(args.cols / 4, kWords));
 }
 
+// 128-element output windows for 1- and 2-byte elements, 512 threads: 256-
+// element windows read 59-84% of memcpy where 128 read 74-94% (exploration
+// 47), and tiles two words wide, on 256 or 512 threads, 45-59% against 70% at
+// 1-byte 4096 x 4096 (explorations 42 and 44, windows on words).
+template <typename T>
+cudaError_t LaunchSkewedWords(const TransposeArgs& args, cudaStream_t stream) {
+  constexpr int kWindow = 128, K = 4 / sizeof(T), kSector = 32 / sizeof(T),
+                kCols = 32 * K - (K - 1);
+  return LaunchGrids(SkewedWordsTranspose<T, kWindow>, dim3(512), 0, stream,
+                     static_cast<const T*>(args.input),
+                     static_cast<T*>(args.output), args.batch, args.rows,
+                     args.cols, CeilDiv(args.rows + kSector - 1, kWindow),
+                     CeilDiv(args.cols, kCols));
+}
+
 // 64-element output windows: 96 and 128 ran at 72% of memcpy for 4-byte
 // elements on the H200, 64 at 93%.
 template <typename T>
@@ -968,7 +1135,8 @@ bool CanVectorize(const TransposeArgs& args) {
 }
 
 bool CanSkew(const TransposeArgs& args) {
-  return args.element_size == 4 || args.element_size == 8;
+  return args.element_size == 1 || args.element_size == 2 ||
+         args.element_size == 4 || args.element_size == 8;
 }
 
 bool TakesSmallMatrices(const TransposeArgs& args) {
@@ -1083,6 +1251,10 @@ int Launch(Kernel kernel, const TransposeArgs& args, void* stream,
   }
   if (kernel == Kernel::kSkewed) {
     switch (args.element_size) {
+      case 1:
+        return LaunchSkewedWords<uint8_t>(args, cuda_stream);
+      case 2:
+        return LaunchSkewedWords<uint16_t>(args, cuda_stream);
       case 4:
         return LaunchSkewed<uint32_t>(args, cuda_stream);
       case 8:

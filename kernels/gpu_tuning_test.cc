@@ -65,6 +65,7 @@ TEST(AutoTuningTest, EvictLastFrom64MiBAndGroupsFor16ByteElementsIn128KiBRows) {
   // 16), nor for the skewed or padded_32 kernels, which take no tuning.
   EXPECT_EQ(tuning(1, 1, 16384, 16388), (internal::Tuning{false, false}));
   EXPECT_EQ(tuning(4, 1, 12345, 6789), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(2, 1, 12345, 6789), (internal::Tuning{false, false}));
   EXPECT_EQ(tuning(4, 256, 511, 513), (internal::Tuning{false, false}));
   // Just under 64 MiB: a 2-byte matrix the tunable padded_64x8 takes.
   EXPECT_EQ(tuning(2, 1, 4096, 8191), (internal::Tuning{false, false}));
@@ -84,9 +85,10 @@ TEST(AutoTuningTest, EvictLastFrom64MiBAndGroupsFor16ByteElementsIn128KiBRows) {
 TEST(AutoKernelTest, VectorWhereItsTilesAreMostlyFull) {
   EXPECT_EQ(AutoKernelOf(1, 1, 8192, 8192), internal::Kernel::kVector);
   EXPECT_EQ(AutoKernelOf(1, 1, 4096, 4096), internal::Kernel::kVector);
-  // Multiples of 4, not 16; then not even of 4.
+  // Multiples of 4, not 16; then not even of 4 (the skewed kernel:
+  // SkewedWhereOutputRowsAreNotSectorAligned).
   EXPECT_EQ(AutoKernelOf(1, 1, 8192, 8196), internal::Kernel::kWord);
-  EXPECT_EQ(AutoKernelOf(1, 1, 8191, 8192), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1, 8191, 8192), internal::Kernel::kSkewed);
   // Mostly partial 128 x 256 tiles.
   EXPECT_EQ(AutoKernelOf(1, 1000, 64, 64), internal::Kernel::kWord);
   // 2-byte batches of 64 x 64 take 64 x 64 tiles.
@@ -97,6 +99,29 @@ TEST(AutoKernelTest, VectorWhereItsTilesAreMostlyFull) {
             128u);
   EXPECT_EQ(AutoKernelOf(2, 1, 8192, 8192), internal::Kernel::kVector);
   EXPECT_EQ(AutoKernelOf(2, 16, 72, 200), internal::Kernel::kPadded64x8);
+}
+
+// 1- and 2-byte matrices the vector and word kernels do not take: the skewed
+// kernel for output rows that are not sector-aligned, from 8 MiB (1-byte) or
+// 32 MiB (2-byte) with at least 1024 rows and columns; padded_64x8 otherwise.
+TEST(AutoKernelTest, SkewedWhereOutputRowsAreNotSectorAligned) {
+  EXPECT_EQ(AutoKernelOf(1, 1, 12345, 6789), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 2897, 2899), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 16, 2047, 2049), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 2047, 2049), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1000, 300, 301), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1, 1025, 8193), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 1023, 8203), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1, 8193, 1025), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 8203, 1023), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1, 10000001, 3), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(2, 1, 12345, 6789), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(2, 1, 4097, 4099), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(2, 1, 2897, 2899), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(2, 1, 2047, 2049), internal::Kernel::kPadded64x8);
+  // Output rows on sectors: 4096 2-byte or 8192 1-byte elements.
+  EXPECT_EQ(AutoKernelOf(2, 1, 4096, 8193), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1, 8192, 8191), internal::Kernel::kPadded64x8);
 }
 
 // Matrices of at most 16 KiB (some larger: SmallMatricesSuitAuto) that 32 x 32
