@@ -8,10 +8,13 @@
 // and AUTO, then AUTO's kernel under each tuning. Every result is spot-checked
 // on the device. A Markdown table goes to stdout, the figures as JSON to
 // --json. --case=TEXT runs only the cases whose label ("8B 16384^2") contains
-// TEXT. Exits 1 when a result is wrong or a launch that should run fails
-// ("n/a" marks a kernel that does not take the case), 2 for a usage mistake.
+// TEXT; --shape=SIZE:ROWSxCOLS (or SIZE:BATCHxROWSxCOLS, SIZE in bytes), as
+// often as wanted, runs those shapes instead of the built-in cases. Exits 1
+// when a result is wrong or a launch that should run fails ("n/a" marks a
+// kernel that does not take the case), 2 for a usage mistake.
 //
 //   transpose_bench [--json=FILE] [--reps=25] [--quick] [--case=TEXT]
+//                   [--shape=4:12345x6789 ...]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -24,10 +27,13 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "kernels/gpu_launch.h"
 #include "kernels/gpu_transpose.h"
+#include "kernels/transpose_args.h"
 
 namespace transpose::kernels {
 namespace {
@@ -197,7 +203,43 @@ float Time(const std::function<void()>& launch) {
   return ms[ms.size() / 2];
 }
 
-int Run(const char* json_path, bool quick, const char* only) {
+// Parses --shape's value, "2:4097x4099" or "4:16x2048x2048", into a case
+// named as the built-in ones are ("4097x4099", "16x(2048x2048)").
+absl::StatusOr<Case> ParseShape(const char* text) {
+  const auto malformed = [text] {
+    return absl::InvalidArgumentError(
+        std::string("--shape=") + text +
+        ": expected SIZE:ROWSxCOLS or SIZE:BATCHxROWSxCOLS, e.g. 2:4097x4099");
+  };
+  std::vector<uint64_t> numbers;
+  const char* p = text;
+  while (true) {
+    // Digits only: strtoull alone would take "-1" and " 7".
+    if (*p < '0' || *p > '9') return malformed();
+    char* end = nullptr;
+    errno = 0;
+    numbers.push_back(std::strtoull(p, &end, 10));
+    if (errno != 0) return malformed();
+    if (*end == '\0') break;
+    if (*end != (numbers.size() == 1 ? ':' : 'x')) return malformed();
+    p = end + 1;
+  }
+  if (numbers.size() != 3 && numbers.size() != 4) return malformed();
+  if (numbers.size() == 3) numbers.insert(numbers.begin() + 1, 1);
+  const TransposeArgs args{numbers[0], numbers[1], numbers[2], numbers[3]};
+  if (const absl::Status shape = CheckShape(args); !shape.ok()) {
+    return absl::InvalidArgumentError(std::string("--shape=") + text + ": " +
+                                      std::string(shape.message()));
+  }
+  const std::string matrix =
+      std::to_string(args.rows) + "x" + std::to_string(args.cols);
+  return Case{args.batch == 1
+                  ? matrix
+                  : std::to_string(args.batch) + "x(" + matrix + ")",
+              args.element_size, args.batch, args.rows, args.cols};
+}
+
+std::vector<Case> BuiltInCases(bool quick) {
   std::vector<Case> cases;
   for (uint64_t n : {4096, 8192, 16384}) {
     if (quick && n != 8192) continue;
@@ -251,7 +293,10 @@ int Run(const char* json_path, bool quick, const char* only) {
   for (size_t size : {1, 2}) {
     cases.push_back({"12345x6789", size, 1, 12345, 6789});
   }
+  return cases;
+}
 
+int Run(const char* json_path, std::vector<Case> cases, const char* only) {
   if (only != nullptr) {
     std::vector<Case> chosen;
     for (const Case& c : cases) {
@@ -521,6 +566,7 @@ int main(int argc, char** argv) {
   const char* json = nullptr;
   bool quick = false;
   const char* only = nullptr;
+  std::vector<transpose::kernels::Case> shapes;
   for (int i = 1; i < argc; ++i) {
     const char* arg = argv[i];
     char* end = nullptr;
@@ -537,13 +583,31 @@ int main(int argc, char** argv) {
       transpose::kernels::reps = static_cast<int>(value);
     } else if (std::strcmp(arg, "--quick") == 0) {
       quick = true;
+    } else if (std::strncmp(arg, "--shape=", 8) == 0) {
+      absl::StatusOr<transpose::kernels::Case> shape =
+          transpose::kernels::ParseShape(arg + 8);
+      if (!shape.ok()) {
+        std::fprintf(stderr, "%s\n",
+                     std::string(shape.status().message()).c_str());
+        return 2;
+      }
+      shapes.push_back(*std::move(shape));
     } else {
       std::fprintf(stderr,
                    "unknown argument '%s'\nusage: transpose_bench "
-                   "[--json=FILE] [--reps=25] [--quick] [--case=TEXT]\n",
+                   "[--json=FILE] [--reps=25] [--quick] [--case=TEXT] "
+                   "[--shape=SIZE:[BATCHx]ROWSxCOLS ...]\n",
                    arg);
       return 2;
     }
   }
-  return transpose::kernels::Run(json, quick, only);
+  if (!shapes.empty() && quick) {
+    std::fprintf(stderr,
+                 "--quick picks among the built-in cases; --shape "
+                 "replaces them\n");
+    return 2;
+  }
+  return transpose::kernels::Run(
+      json, shapes.empty() ? transpose::kernels::BuiltInCases(quick) : shapes,
+      only);
 }

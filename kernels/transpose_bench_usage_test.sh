@@ -30,4 +30,17 @@ expect_usage_error "unknown argument '--rep=5'" --rep=5
 expect_usage_error "--case=no-such-case matches no case" --case=no-such-case
 expect_usage_error "--json=/nonexistent/x.json: No such file or directory" \
   --quick --json=/nonexistent/x.json
+expect_usage_error "--shape=3:4x4: element size 3 is not 1, 2, 4, 8 or 16" \
+  --shape=3:4x4
+expect_usage_error "--shape=2:0x4: zero dimension" --shape=2:0x4
+expect_usage_error "--shape=2:4x-4: expected SIZE:ROWSxCOLS" --shape=2:4x-4
+expect_usage_error "--shape=2:4: expected SIZE:ROWSxCOLS" --shape=2:4
+expect_usage_error "--shape=2:2x3x4x5: expected SIZE:ROWSxCOLS" \
+  --shape=2:2x3x4x5
+expect_usage_error "--shape=16:99999999999x99999999999: matrix size overflows" \
+  --shape=16:99999999999x99999999999
+expect_usage_error "--quick picks among the built-in cases" --quick \
+  --shape=2:4097x4099
+expect_usage_error "--case=x(2 matches no case" --shape=2:4097x4099 \
+  --shape=1:3x4097x4099 --case="x(2"
 exit $failed
