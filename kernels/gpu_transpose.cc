@@ -80,23 +80,40 @@ bool SmallMatricesSuitAuto(const TransposeArgs& args) {
 }
 
 // Whether AUTO gives a 1- or 2-byte matrix that neither the vector kernel
-// (with mostly full tiles) nor the word kernel takes to the skewed kernel
-// rather than padded_64x8: where output rows are not sector-aligned, as for 4-
-// and 8-byte elements, from 8 MiB (1-byte) or 32 MiB (2-byte), where
-// padded_64x8's partial sectors cost more than the skewed kernel's
-// instructions, and with at least 1024 rows and columns: 8 of its 128-row
-// windows down a matrix (the first and last take its slower checked path),
-// and tiles of 125 or 63 columns mostly full (every shape measured had more
-// than 1024). On the H200 (attempt 36, exploration 46, with the kernel's
-// windows on words, which read 3-16 points less than the kept sectors on the
-// odd shapes both ran): 1-byte 2897 x 2899 (8 MiB) 91% of memcpy against 78%
-// (sectors: 94%), 2047 x 2049 (4 MiB) 78% against 84%; 2-byte 4097 x 4099 (32
-// MiB) 79% against 74% (sectors: 89%), 2047 x 2049 (8 MiB) 87% against 102%.
+// (with mostly full tiles) nor the word kernel takes to the skewed kernel:
+// from 5.5 MiB (1-byte), 16 MiB (2-byte, output rows not sector-aligned) or
+// 32 MiB (2-byte, sector-aligned), with at least 768 (1-byte) or 1024 (2-byte)
+// rows, the length of its output rows, along which its windows run. On the
+// H200 (transpose_bench --shape, docs/BENCHMARKS.md attempt 37), GB/s of
+// skewed against the better padded tile: 1-byte 2505 x 2507 (6 MiB) +8%, 2401
+// x 2403 (5.5 MiB) +2%, 16385 x 383 +20%, 98305 x 64 +23%, 400009 x 33 +60%,
+// 4096 x 4097 (16 MiB, output rows on sectors: padded_64x8 stores a byte per
+// thread either way) +38%, 8192 x 8191 +93%, 900 x 9321 +11%, 767 x 10937
+// +2%, but 2291 x 2289 (5 MiB) -4 to -7% and 2047 x 2049 (4 MiB) -14%; 2-byte
+// 3203 x 3205 (20 MiB) +6%, 65537 x 129 +24%, 2897 x 2899 (16 MiB) and 8191 x
+// 1025 within 1%, 1025 x 8191 -2%, but 2505 x 2507 (12 MiB) -7%, 16385 x 255 (8
+// MiB) -9%; on sectors 8192 x 8191 (128 MiB) +18%, 4096 x 8191 +13%, 4096 x
+// 4097 (32 MiB) +1-2%, but 2048 x 4097 (16 MiB) -10%; 511 x 16385 -20%.
 bool SkewedSuitsAuto(const TransposeArgs& args) {
-  constexpr uint64_t kMinRowsAndCols = 1024;
-  const uint64_t min_bytes = args.element_size == 1 ? 8 << 20 : 32 << 20;
-  return !OutputRowsSectorAligned(args) && args.bytes() >= min_bytes &&
-         args.rows >= kMinRowsAndCols && args.cols >= kMinRowsAndCols;
+  const uint64_t min_rows = args.element_size == 1 ? 768 : 1024;
+  const uint64_t min_bytes = args.element_size == 1          ? 11 << 19
+                             : OutputRowsSectorAligned(args) ? 32 << 20
+                                                             : 16 << 20;
+  return args.bytes() >= min_bytes && args.rows >= min_rows;
+}
+
+// The padded tile AUTO gives a 1- or 2-byte matrix no other kernel suits: the
+// 32 x 32 tile below 16 MiB, where its four times as many blocks fill the
+// device better, and where most 64 x 64 tiles would be partial (as for 4- and
+// 8-byte elements); the 64 x 64 tile otherwise. On the H200 (attempt 37): 1-
+// byte 2047 x 2049 87% of memcpy against padded_64x8's 83%, 2-byte 1023 x
+// 1025 127% against 110%, 2-byte batches of 126 x 130 (12 MiB) 82% against
+// 73% and of 255 x 257 (25 MiB) 78% against 74%; but 2-byte 2048 x 4097 (16
+// MiB) 75% against 81%, 1023 x 16385 74% against 76%.
+Kernel PaddedTileBySize(const TransposeArgs& args) {
+  return args.bytes() < (16 << 20) || FullTileFraction(args, 64, 64) < 0.9
+             ? Kernel::kPadded32
+             : Kernel::kPadded64x8;
 }
 
 }  // namespace
@@ -113,15 +130,15 @@ bool SkewedSuitsAuto(const TransposeArgs& args) {
 // read 101% on batches of 64 x 64, small_matrices 68%).
 // Otherwise the vector kernel for 1- and 2-byte elements where its 16-byte
 // accesses are possible and its tiles mostly full (else the word kernel for
-// bytes, then the skewed kernel for large matrices, SkewedSuitsAuto, then
-// padded_64x8; a batch of 64 x 64 2-byte matrices gets 64 x 64 tiles), and for
-// 16-byte elements wherever its accesses are possible. For 4- and 8-byte
-// elements: where most 64 x 64 tiles would be partial (small odd matrices,
-// often batched), the 32 x 32 tile, which wastes less (4-byte batches of 63 x
-// 65 to 511 x 513: 87-100% of memcpy, against 74-94% for the 64 x 64 tile and
-// 30-80% for the skewed kernel, whose edge tiles take its slow path); otherwise
-// the skewed kernel for output rows that are not sector-aligned and the padded
-// 64 x 64 tile with 64 x 8 threads for those that are.
+// bytes, then the skewed kernel for large matrices, SkewedSuitsAuto, then a
+// padded tile, PaddedTileBySize; a batch of 64 x 64 2-byte matrices gets 64 x
+// 64 tiles), and for 16-byte elements wherever its accesses are possible. For
+// 4- and 8-byte elements: where most 64 x 64 tiles would be partial (small odd
+// matrices, often batched), the 32 x 32 tile, which wastes less (4-byte batches
+// of 63 x 65 to 511 x 513: 87-100% of memcpy, against 74-94% for the 64 x 64
+// tile and 30-80% for the skewed kernel, whose edge tiles take its slow path);
+// otherwise the skewed kernel for output rows that are not sector-aligned and
+// the padded 64 x 64 tile with 64 x 8 threads for those that are.
 Kernel AutoKernel(const TransposeArgs& args) {
   if (TakesSmallMatrices(args) && SmallMatricesSuitAuto(args) &&
       FullTileFraction(args, 32, 32) < 0.9 &&
@@ -132,10 +149,10 @@ Kernel AutoKernel(const TransposeArgs& args) {
     case 1:
       if (VectorTilesMostlyFull(args)) return Kernel::kVector;
       if (internal::CanUseWords(args)) return Kernel::kWord;
-      return SkewedSuitsAuto(args) ? Kernel::kSkewed : Kernel::kPadded64x8;
+      return SkewedSuitsAuto(args) ? Kernel::kSkewed : PaddedTileBySize(args);
     case 2:
       if (VectorTilesMostlyFull(args)) return Kernel::kVector;
-      return SkewedSuitsAuto(args) ? Kernel::kSkewed : Kernel::kPadded64x8;
+      return SkewedSuitsAuto(args) ? Kernel::kSkewed : PaddedTileBySize(args);
     case 16:
       return internal::CanVectorize(args) ? Kernel::kVector : Kernel::kPadded32;
     default:

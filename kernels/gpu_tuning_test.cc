@@ -67,9 +67,10 @@ TEST(AutoTuningTest, EvictLastFrom64MiBAndGroupsFor16ByteElementsIn128KiBRows) {
   EXPECT_EQ(tuning(4, 1, 12345, 6789), (internal::Tuning{false, false}));
   EXPECT_EQ(tuning(2, 1, 12345, 6789), (internal::Tuning{false, false}));
   EXPECT_EQ(tuning(4, 256, 511, 513), (internal::Tuning{false, false}));
-  // Just under 64 MiB: a 2-byte matrix the tunable padded_64x8 takes.
-  EXPECT_EQ(tuning(2, 1, 4096, 8191), (internal::Tuning{false, false}));
-  EXPECT_EQ(tuning(2, 1, 4096, 8193), (internal::Tuning{false, true}));
+  // Either side of 64 MiB: a 2-byte matrix the tunable padded_64x8 takes
+  // (under 1024 rows, so not the skewed kernel).
+  EXPECT_EQ(tuning(2, 1, 1000, 33553), (internal::Tuning{false, false}));
+  EXPECT_EQ(tuning(2, 1, 1000, 33555), (internal::Tuning{false, true}));
   // Groups for 16-byte elements where input and output rows are both 128 KiB;
   // not for smaller elements with 128 KiB rows.
   EXPECT_EQ(tuning(16, 1, 8192, 8192), (internal::Tuning{true, true}));
@@ -98,30 +99,54 @@ TEST(AutoKernelTest, VectorWhereItsTilesAreMostlyFull) {
   EXPECT_EQ(internal::VectorTileOf({2, 1, 64, 128, nullptr, nullptr}).cols,
             128u);
   EXPECT_EQ(AutoKernelOf(2, 1, 8192, 8192), internal::Kernel::kVector);
-  EXPECT_EQ(AutoKernelOf(2, 16, 72, 200), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(2, 16, 72, 200), internal::Kernel::kPadded32);
 }
 
 // 1- and 2-byte matrices the vector and word kernels do not take: the skewed
-// kernel for output rows that are not sector-aligned, from 8 MiB (1-byte) or
-// 32 MiB (2-byte) with at least 1024 rows and columns; padded_64x8 otherwise.
-TEST(AutoKernelTest, SkewedWhereOutputRowsAreNotSectorAligned) {
+// kernel from 5 MiB (1-byte), 16 MiB (2-byte) or 32 MiB (2-byte, output rows
+// on sectors), with at least 768 (1-byte) or 1024 (2-byte) rows; a padded
+// tile otherwise (PaddedTileWhereNoOtherKernelSuits).
+TEST(AutoKernelTest, SkewedForLarge1And2ByteMatrices) {
   EXPECT_EQ(AutoKernelOf(1, 1, 12345, 6789), internal::Kernel::kSkewed);
   EXPECT_EQ(AutoKernelOf(1, 1, 2897, 2899), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 2401, 2403), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 2400, 2401), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(1, 16, 2047, 2049), internal::Kernel::kSkewed);
-  EXPECT_EQ(AutoKernelOf(1, 1, 2047, 2049), internal::Kernel::kPadded64x8);
-  EXPECT_EQ(AutoKernelOf(1, 1000, 300, 301), internal::Kernel::kPadded64x8);
   EXPECT_EQ(AutoKernelOf(1, 1, 1025, 8193), internal::Kernel::kSkewed);
-  EXPECT_EQ(AutoKernelOf(1, 1, 1023, 8203), internal::Kernel::kPadded64x8);
-  EXPECT_EQ(AutoKernelOf(1, 1, 8193, 1025), internal::Kernel::kSkewed);
-  EXPECT_EQ(AutoKernelOf(1, 1, 8203, 1023), internal::Kernel::kPadded64x8);
-  EXPECT_EQ(AutoKernelOf(1, 1, 10000001, 3), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1, 768, 8193), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 767, 10937), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(1, 1, 16385, 383), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 98305, 64), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 10000001, 3), internal::Kernel::kSkewed);
+  // 1-byte output rows on sectors (8192 or 4096 rows) too.
+  EXPECT_EQ(AutoKernelOf(1, 1, 8192, 8191), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 4096, 4097), internal::Kernel::kSkewed);
   EXPECT_EQ(AutoKernelOf(2, 1, 12345, 6789), internal::Kernel::kSkewed);
   EXPECT_EQ(AutoKernelOf(2, 1, 4097, 4099), internal::Kernel::kSkewed);
-  EXPECT_EQ(AutoKernelOf(2, 1, 2897, 2899), internal::Kernel::kPadded64x8);
-  EXPECT_EQ(AutoKernelOf(2, 1, 2047, 2049), internal::Kernel::kPadded64x8);
-  // Output rows on sectors: 4096 2-byte or 8192 1-byte elements.
-  EXPECT_EQ(AutoKernelOf(2, 1, 4096, 8193), internal::Kernel::kPadded64x8);
-  EXPECT_EQ(AutoKernelOf(1, 1, 8192, 8191), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(2, 1, 2897, 2899), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(2, 1, 2895, 2897), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(2, 1, 16385, 513), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(2, 1, 511, 16417), internal::Kernel::kPadded32);
+  // 2-byte output rows on sectors (rows a multiple of 16): from 32 MiB.
+  EXPECT_EQ(AutoKernelOf(2, 1, 4096, 8193), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(2, 1, 4096, 4097), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(2, 1, 2048, 4097), internal::Kernel::kPadded64x8);
+}
+
+// Where neither a vector, word, skewed nor small_matrices kernel suits a 1- or
+// 2-byte matrix: the 32 x 32 tile below 16 MiB or where most 64 x 64 tiles
+// would be partial, the 64 x 64 tile otherwise.
+TEST(AutoKernelTest, PaddedTileWhereNoOtherKernelSuits) {
+  EXPECT_EQ(AutoKernelOf(1, 1, 2047, 2049), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(2, 1, 2047, 2049), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(2, 1, 1023, 8191), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(2, 1, 1023, 8201), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(2, 1, 1023, 16385), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 1, 1000001, 3), internal::Kernel::kPadded32);
+  // Batches of matrices a 64 x 64 tile leaves mostly partial, past 16 MiB.
+  EXPECT_EQ(AutoKernelOf(1, 1000, 300, 301), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(2, 200, 255, 257), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(2, 40, 1000, 1001), internal::Kernel::kPadded64x8);
 }
 
 // Matrices of at most 16 KiB (some larger: SmallMatricesSuitAuto) that 32 x 32
@@ -158,11 +183,11 @@ TEST(AutoKernelTest, SmallMatricesWhereTilesWouldBeMostlyPartial) {
   EXPECT_EQ(AutoKernelOf(1, 100, 181, 180), internal::Kernel::kSmallMatrices);
   EXPECT_EQ(AutoKernelOf(1, 100, 180, 180), internal::Kernel::kSmallMatrices);
   EXPECT_EQ(AutoKernelOf(1, 100, 191, 257), internal::Kernel::kSmallMatrices);
-  EXPECT_EQ(AutoKernelOf(1, 100, 191, 258), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(1, 100, 191, 258), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(2, 100, 127, 129), internal::Kernel::kSmallMatrices);
   EXPECT_EQ(AutoKernelOf(2, 100, 126, 129), internal::Kernel::kSmallMatrices);
-  EXPECT_EQ(AutoKernelOf(2, 100, 126, 130), internal::Kernel::kPadded64x8);
-  EXPECT_EQ(AutoKernelOf(2, 100, 129, 129), internal::Kernel::kPadded64x8);
+  EXPECT_EQ(AutoKernelOf(2, 100, 126, 130), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(2, 100, 129, 129), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(4, 100, 63, 67), internal::Kernel::kPadded32);
   EXPECT_FALSE(internal::TakesSmallMatrices(
       {4, 1, uint64_t{1} << 32, 1, reinterpret_cast<void*>(256), nullptr}));
