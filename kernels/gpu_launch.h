@@ -34,13 +34,18 @@ enum class Kernel : int {
   // in 16-byte units: batches of small matrices that tiles would leave mostly
   // partial; needs TakesSmallMatrices.
   kSmallMatrices,
+  // k short rows of N elements staged in shared memory, the other side one
+  // contiguous run: matrices with at most kThinMaxK rows or columns (N x 3
+  // points and their 3 x N coordinates); needs TakesThin.
+  kThin,
 };
 
 // Every kernel, in the order tables list them.
 inline constexpr Kernel kAllKernels[] = {
     Kernel::kNaive,    Kernel::kShared,     Kernel::kPadded32,
     Kernel::kPadded64, Kernel::kPadded64x8, Kernel::kVector,
-    Kernel::kWord,     Kernel::kSkewed,     Kernel::kSmallMatrices};
+    Kernel::kWord,     Kernel::kSkewed,     Kernel::kSmallMatrices,
+    Kernel::kThin};
 
 // The kernel's name, as metrics label it ("padded_64x8").
 const char* KernelNameOf(Kernel kernel);
@@ -68,6 +73,12 @@ bool TakesSmallMatrices(const TransposeArgs& args);
 // shared memory, what every device gives a block without opting in.
 inline constexpr size_t kSmallMatricesSharedBytes = 16 << 10;
 inline constexpr size_t kSmallMatricesMaxBytes = (48 << 10) - 32;
+// Whether kThin can run `args`: at most kThinMaxK rows or columns.
+bool TakesThin(const TransposeArgs& args);
+inline constexpr uint64_t kThinMaxK = 64;
+// Shared memory a thin block holds, at most: what every device gives a block
+// without opting in.
+inline constexpr uint32_t kThinMaxSharedBytes = 48 << 10;
 
 // How a kernel walks its tiles and loads its input; AUTO picks it per shape
 // (kernels/gpu_transpose.cc). Only the tunable kernels take it

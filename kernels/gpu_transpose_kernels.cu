@@ -708,6 +708,43 @@ __device__ __forceinline__ void MoveUnit(Unit<T>& unit, T* shared, int64_t j0,
   }
 }
 
+// Global unit `u` of a run of `len` elements (`run`, whose element x0 is the
+// unit's first): loaded whole where the unit lies inside the run, else element
+// by element, those inside it. The run's neighbours own the rest of such a
+// unit, and the buffer may end inside it.
+template <typename T>
+__device__ __forceinline__ uint4 LoadRunUnit(const uint4* units, uint64_t u,
+                                             const T* run, int64_t x0,
+                                             uint64_t len) {
+  constexpr uint32_t E = sizeof(uint4) / sizeof(T);
+  if (x0 >= 0 && static_cast<uint64_t>(x0) + E <= len) return units[u];
+  Unit<T> unit{};
+#pragma unroll
+  for (uint32_t t = 0; t < E; ++t) {
+    const int64_t x = x0 + t;
+    if (x >= 0 && static_cast<uint64_t>(x) < len) unit.element[t] = run[x];
+  }
+  return unit.bits;
+}
+
+// Stores `unit` as global unit `u` of such a run: whole where it lies inside
+// the run, else only its elements inside it.
+template <typename T>
+__device__ __forceinline__ void StoreRunUnit(uint4* units, uint64_t u, T* run,
+                                             int64_t x0, uint64_t len,
+                                             const Unit<T>& unit) {
+  constexpr uint32_t E = sizeof(uint4) / sizeof(T);
+  if (x0 >= 0 && static_cast<uint64_t>(x0) + E <= len) {
+    units[u] = unit.bits;
+    return;
+  }
+#pragma unroll
+  for (uint32_t t = 0; t < E; ++t) {
+    const int64_t x = x0 + t;
+    if (x >= 0 && static_cast<uint64_t>(x) < len) run[x] = unit.element[t];
+  }
+}
+
 // Batches of small matrices, each staged whole in shared memory: a block takes
 // `per_block` matrices and moves one side of the transpose as a flat copy of
 // 16-byte units, the other element by element. With kScatterInput (odd row
@@ -767,15 +804,8 @@ __global__ void __launch_bounds__(NT)
   const uint32_t units = (lead + total + E - 1) / E;
   // A unit of the input, element by element where it reaches past the buffer.
   const auto load = [&](uint64_t u) {
-    const int64_t e0 = static_cast<int64_t>(u * E) - in_head;
-    if (e0 >= 0 && static_cast<uint64_t>(e0) + E <= all) return in_units[u];
-    Unit<T> unit{};
-#pragma unroll
-    for (uint32_t k = 0; k < E; ++k) {
-      const int64_t e = e0 + k;
-      if (e >= 0 && static_cast<uint64_t>(e) < all) unit.element[k] = in[e];
-    }
-    return unit.bits;
+    return LoadRunUnit(in_units, u, in, static_cast<int64_t>(u * E) - in_head,
+                       all);
   };
   if constexpr (kScatterInput) {
     const uint64_t first = (begin + in_head) / E,
@@ -801,16 +831,10 @@ __global__ void __launch_bounds__(NT)
     }
     __syncthreads();
     for (uint32_t q = threadIdx.x; q < units; q += NT) {
-      const int64_t j0 = static_cast<int64_t>(q * E) - lead;
-      if (j0 >= 0 && j0 + E <= total) {
-        out_units[unit0 + q] = shared_units[q];
-        continue;
-      }
-#pragma unroll
-      for (uint32_t k = 0; k < E; ++k) {
-        const int64_t j = j0 + k;
-        if (j >= 0 && j < total) out[begin + j] = shared[q * E + k];
-      }
+      Unit<T> unit;
+      unit.bits = shared_units[q];
+      StoreRunUnit(out_units, unit0 + q, out + begin,
+                   static_cast<int64_t>(q * E) - lead, total, unit);
     }
   } else {
     for (uint32_t base = 0; base < units; base += NT * kLoads) {
@@ -835,15 +859,188 @@ __global__ void __launch_bounds__(NT)
       Unit<T> unit;
       MoveUnit<T, false, kBranchFree>(unit, shared, j0, total, n, lead, rows,
                                       cols, div_n, div_rows);
-      if (j0 >= 0 && j0 + E <= total) {
-        out_units[u] = unit.bits;
-        continue;
+      StoreRunUnit(out_units, u, out + begin, j0, total, unit);
+    }
+  }
+}
+
+// Moves one 16-byte unit of a thin matrix's contiguous run between `unit` and
+// the shared rows (into them when kToShared): its elements e0 + t within [0,
+// total), element e being position e / k of short row e % k. Row j's elements
+// start at j * row_stride + lead_j, lead_j = (lead0 + j * n_mod) mod E: each
+// step to the next row moves the place by a row and by the change in lead, and
+// a step past the last row goes back to the first, one position on. Units
+// wholly inside the run skip the checks.
+template <typename T, bool kToShared>
+__device__ __forceinline__ void MoveThinUnit(Unit<T>& unit, T* shared,
+                                             int64_t e0, uint32_t total,
+                                             uint32_t k, uint32_t row_stride,
+                                             uint32_t lead0, uint32_t n_mod,
+                                             const Divider& div_k) {
+  constexpr uint32_t E = sizeof(uint4) / sizeof(T);
+  const uint32_t e = static_cast<uint32_t>(max(e0, int64_t{0}));
+  uint32_t i = div_k.Div(e), j = e - i * k;
+  uint32_t lead = (lead0 + j * n_mod) % E;
+  uint32_t place = j * row_stride + lead + i;
+  const auto move = [&](uint32_t t) {
+    if constexpr (kToShared) {
+      shared[place] = unit.element[t];
+    } else {
+      unit.element[t] = shared[place];
+    }
+  };
+  const auto step = [&] {
+    if (++j == k) {
+      j = 0;
+      ++i;
+      lead = lead0;
+      place = lead0 + i;
+    } else {
+      const uint32_t next = (lead + n_mod) % E;
+      place += row_stride + next - lead;
+      lead = next;
+    }
+  };
+  if (e0 >= 0 && e0 + E <= total) {
+#pragma unroll
+    for (uint32_t t = 0; t < E; ++t) {
+      move(t);
+      step();
+    }
+    return;
+  }
+#pragma unroll
+  for (uint32_t t = 0; t < E; ++t) {
+    if (e0 + t < e || e0 + t >= total) continue;
+    move(t);
+    step();
+  }
+}
+
+// Thin matrices, whose rows or columns number k <= kThinMaxK (an array of
+// structures and its structure of arrays: N x 3 points, 3 x N coordinates).
+// Tiles leave most of a block idle there (32 x 32 tiles on N x 3 use 3 of 32
+// columns): on the H200 4-byte N x 3 read 17% of memcpy in the best tiled
+// kernel, 3 x N 24%. Here a block takes a span of positions along N for all k
+// short rows. The side of the transpose that is k rows of N elements (kTall:
+// the output; else the input) is k runs of the span, staged in k shared rows
+// laid out as their global 16-byte units are (run j from element lead_j of its
+// first unit) and copied in whole units; the other side is one contiguous run
+// of span x k elements, moved in 16-byte units whose elements are scattered
+// to (kTall) or gathered from their places in the shared rows (MoveThinUnit).
+// Units at a run's ends are shared with the neighbouring blocks: those are
+// stored element by element, and loaded so. Rows of an odd number of units
+// spread a unit's scattered elements over the banks. With k up to 16, N x k
+// and k x N matrices of 64 MiB read 96-110% of memcpy for 4- to 16-byte
+// elements, 74-101% for 2-byte and 53-71% for 1-byte ones, whose units move
+// 8 or 16 elements one by one (docs/BENCHMARKS.md, attempt 38).
+template <typename T, int NT, bool kTall>
+__global__ void __launch_bounds__(NT)
+    ThinTranspose(const T* __restrict__ in, T* __restrict__ out, uint32_t k,
+                  uint64_t n, uint32_t span, uint32_t row_units,
+                  uint64_t batch0, uint32_t in_head, uint32_t out_head,
+                  Divider div_k, Divider div_row_units) {
+  constexpr uint32_t E = sizeof(uint4) / sizeof(T);  // Elements per unit.
+  constexpr int kLoads = 4;  // Units in flight per thread.
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  uint4* shared_units = reinterpret_cast<uint4*>(shared_bytes);
+  T* shared = reinterpret_cast<T*>(shared_bytes);
+  const uint64_t b = batch0 + blockIdx.y;
+  const uint64_t p0 = uint64_t{blockIdx.x} * span;
+  const uint32_t len = static_cast<uint32_t>(min(uint64_t{span}, n - p0));
+  const uint32_t row_stride = row_units * E;
+  // The k runs: run j starts at element (b k + j) n + p0 of its buffer (g_j),
+  // which lies lead_j elements into its unit.
+  const uint32_t runs_head = kTall ? out_head : in_head;
+  const uint32_t lead0 =
+      static_cast<uint32_t>((b * k * n + p0 + runs_head) % E);
+  const uint32_t n_mod = static_cast<uint32_t>(n % E);
+  const auto run_start = [&](uint32_t j) { return (b * k + j) * n + p0; };
+  // The contiguous side: elements (b n + p0) k to that + len k.
+  const uint32_t flat_head = kTall ? in_head : out_head;
+  const uint64_t flat0 = (b * n + p0) * k;
+  const uint32_t flat_len = len * k;
+  const uint64_t first = (flat0 + flat_head) / E,
+                 last = (flat0 + flat_len - 1 + flat_head) / E;
+  const auto flat_offset = [&](uint64_t u) {
+    return static_cast<int64_t>(u * E) - flat_head -
+           static_cast<int64_t>(flat0);
+  };
+  // Shared unit s: row j = s / row_units, unit q of it, whose first element
+  // is run position i0; false where it starts past the run's end.
+  const auto run_unit = [&](uint32_t s, uint32_t& j, int64_t& i0) {
+    j = div_row_units.Div(s);
+    const uint32_t q = s - j * row_units;
+    i0 = int64_t{q} * E - (lead0 + j * n_mod) % E;
+    return i0 < len;
+  };
+  const uint32_t shared_units_used = k * row_units;
+  if constexpr (kTall) {
+    const uint4* in_units = reinterpret_cast<const uint4*>(
+        reinterpret_cast<uintptr_t>(in) - flat_head * sizeof(T));
+    for (uint64_t base = first; base <= last; base += NT * kLoads) {
+      uint4 v[kLoads];
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const uint64_t u = base + l * NT + threadIdx.x;
+        if (u <= last)
+          v[l] = LoadRunUnit(in_units, u, in + flat0, flat_offset(u), flat_len);
       }
 #pragma unroll
-      for (uint32_t k = 0; k < E; ++k) {
-        const int64_t jk = j0 + k;
-        if (jk >= 0 && jk < total) out[begin + jk] = unit.element[k];
+      for (int l = 0; l < kLoads; ++l) {
+        const uint64_t u = base + l * NT + threadIdx.x;
+        if (u > last) continue;
+        Unit<T> unit;
+        unit.bits = v[l];
+        MoveThinUnit<T, true>(unit, shared, flat_offset(u), flat_len, k,
+                              row_stride, lead0, n_mod, div_k);
       }
+    }
+    __syncthreads();
+    uint4* out_units = reinterpret_cast<uint4*>(
+        reinterpret_cast<uintptr_t>(out) - out_head * sizeof(T));
+    for (uint32_t s = threadIdx.x; s < shared_units_used; s += NT) {
+      uint32_t j;
+      int64_t i0;
+      if (!run_unit(s, j, i0)) continue;
+      const uint64_t g = run_start(j);
+      Unit<T> unit;
+      unit.bits = shared_units[s];
+      StoreRunUnit(out_units, (g + out_head) / E + (s - j * row_units), out + g,
+                   i0, len, unit);
+    }
+  } else {
+    const uint4* in_units = reinterpret_cast<const uint4*>(
+        reinterpret_cast<uintptr_t>(in) - in_head * sizeof(T));
+    for (uint32_t base = 0; base < shared_units_used; base += NT * kLoads) {
+      uint4 v[kLoads];
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const uint32_t s = base + l * NT + threadIdx.x;
+        uint32_t j;
+        int64_t i0;
+        if (s >= shared_units_used || !run_unit(s, j, i0)) continue;
+        const uint64_t g = run_start(j);
+        v[l] = LoadRunUnit(in_units, (g + in_head) / E + (s - j * row_units),
+                           in + g, i0, len);
+      }
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const uint32_t s = base + l * NT + threadIdx.x;
+        uint32_t j;
+        int64_t i0;
+        if (s < shared_units_used && run_unit(s, j, i0)) shared_units[s] = v[l];
+      }
+    }
+    __syncthreads();
+    uint4* out_units = reinterpret_cast<uint4*>(
+        reinterpret_cast<uintptr_t>(out) - flat_head * sizeof(T));
+    for (uint64_t u = first + threadIdx.x; u <= last; u += NT) {
+      const int64_t e0 = flat_offset(u);
+      Unit<T> unit;
+      MoveThinUnit<T, false>(unit, shared, e0, flat_len, k, row_stride, lead0,
+                             n_mod, div_k);
+      StoreRunUnit(out_units, u, out + flat0, e0, flat_len, unit);
     }
   }
 }
@@ -1095,6 +1292,48 @@ cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
   return cudaSuccess;
 }
 
+// Thin matrices (ThinTranspose), one block per span of positions along N for
+// one matrix of the batch, in grids of at most 65535 batch entries each. The
+// shared rows hold runs of at least 1 KiB (65 units) and the block at least 16
+// KiB, at most 48 KiB. On the H200 (docs/BENCHMARKS.md, attempt 38, the
+// kernel's first version) 16 KiB blocks read 99% of memcpy for 4-byte N x 3
+// against 89% for 32 KiB; for N x 32 86% against 88% (480-byte runs against
+// 992), for N x 63 73% against 82% (224 against 480).
+template <typename T>
+cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr uint32_t E = sizeof(uint4) / sizeof(T);
+  const bool tall = args.cols <= args.rows;
+  const uint32_t k = static_cast<uint32_t>(tall ? args.cols : args.rows);
+  const uint64_t n = tall ? args.rows : args.cols;
+  const uint32_t row_bytes = k * sizeof(uint4);
+  uint32_t row_units =
+      std::min<uint32_t>(std::max<uint32_t>((16 << 10) / row_bytes, 65),
+                         kThinMaxSharedBytes / row_bytes);
+  if (row_units % 2 == 0) --row_units;
+  const uint32_t span = (row_units - 1) * E;
+  const size_t shared = size_t{k} * row_units * sizeof(uint4);
+  const auto head = [](const void* p) {
+    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) %
+                                 sizeof(uint4) / sizeof(T));
+  };
+  const uint64_t spans = CeilDiv(n, span);
+  if (spans > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
+  const auto kernel = tall ? ThinTranspose<T, kThreads, true>
+                           : ThinTranspose<T, kThreads, false>;
+  for (uint64_t b0 = 0; b0 < args.batch; b0 += kMaxGridY) {
+    const dim3 grid(
+        static_cast<unsigned>(spans),
+        static_cast<unsigned>(std::min(kMaxGridY, args.batch - b0)));
+    kernel<<<grid, kThreads, shared, stream>>>(
+        static_cast<const T*>(args.input), static_cast<T*>(args.output), k, n,
+        span, row_units, b0, head(args.input), head(args.output), Divider(k),
+        Divider(row_units));
+    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
+      return error;
+  }
+  return cudaSuccess;
+}
 }  // namespace
 
 namespace {
@@ -1150,6 +1389,11 @@ bool TakesSmallMatrices(const TransposeArgs& args) {
   return args.rows * args.cols <= kSmallMatricesMaxBytes / args.element_size;
 }
 
+bool TakesThin(const TransposeArgs& args) {
+  if (args.element_size == 0 || args.rows == 0 || args.cols == 0) return false;
+  return std::min(args.rows, args.cols) <= kThinMaxK;
+}
+
 TileShape VectorTileOf(const TransposeArgs& args) {
   switch (args.element_size) {
     case 1:
@@ -1184,6 +1428,7 @@ size_t SharedMemoryBytes(Kernel kernel, size_t element_size) {
   // At most, for any shape it takes.
   if (kernel == Kernel::kSmallMatrices)
     return kSmallMatricesMaxBytes + 2 * sizeof(uint4);
+  if (kernel == Kernel::kThin) return kThinMaxSharedBytes;
   const LaunchShape shape = ShapeOf(kernel);
   return static_cast<size_t>(shape.tile) * (shape.tile + shape.pad) *
          element_size;
@@ -1203,6 +1448,28 @@ const char* TuningNameOf(const Tuning& tuning) {
   return tuning.input_evict_last ? "column-major, evict-last input"
                                  : "column-major";
 }
+
+namespace {
+// Calls `launch` with a value of the element type the kernels move for
+// `element_size`-byte elements (the launchers take it as their template
+// argument); cudaErrorInvalidValue for other sizes.
+template <typename Launch>
+cudaError_t ForElementSize(size_t element_size, const Launch& launch) {
+  switch (element_size) {
+    case 1:
+      return launch(uint8_t{});
+    case 2:
+      return launch(uint16_t{});
+    case 4:
+      return launch(uint32_t{});
+    case 8:
+      return launch(uint64_t{});
+    case 16:
+      return launch(Element16{});
+  }
+  return cudaErrorInvalidValue;
+}
+}  // namespace
 
 int Launch(Kernel kernel, const TransposeArgs& args, void* stream,
            const Tuning& tuning) {
@@ -1235,19 +1502,15 @@ int Launch(Kernel kernel, const TransposeArgs& args, void* stream,
   }
   if (kernel == Kernel::kSmallMatrices) {
     if (!TakesSmallMatrices(args)) return cudaErrorInvalidValue;
-    switch (args.element_size) {
-      case 1:
-        return LaunchSmallMatrices<uint8_t>(args, cuda_stream);
-      case 2:
-        return LaunchSmallMatrices<uint16_t>(args, cuda_stream);
-      case 4:
-        return LaunchSmallMatrices<uint32_t>(args, cuda_stream);
-      case 8:
-        return LaunchSmallMatrices<uint64_t>(args, cuda_stream);
-      case 16:
-        return LaunchSmallMatrices<Element16>(args, cuda_stream);
-    }
-    return cudaErrorInvalidValue;
+    return ForElementSize(args.element_size, [&](auto element) {
+      return LaunchSmallMatrices<decltype(element)>(args, cuda_stream);
+    });
+  }
+  if (kernel == Kernel::kThin) {
+    if (!TakesThin(args)) return cudaErrorInvalidValue;
+    return ForElementSize(args.element_size, [&](auto element) {
+      return LaunchThin<decltype(element)>(args, cuda_stream);
+    });
   }
   if (kernel == Kernel::kSkewed) {
     switch (args.element_size) {
@@ -1262,19 +1525,9 @@ int Launch(Kernel kernel, const TransposeArgs& args, void* stream,
     }
     return cudaErrorInvalidValue;
   }
-  switch (args.element_size) {
-    case 1:
-      return LaunchTyped<uint8_t>(kernel, args, cuda_stream, tuning);
-    case 2:
-      return LaunchTyped<uint16_t>(kernel, args, cuda_stream, tuning);
-    case 4:
-      return LaunchTyped<uint32_t>(kernel, args, cuda_stream, tuning);
-    case 8:
-      return LaunchTyped<uint64_t>(kernel, args, cuda_stream, tuning);
-    case 16:
-      return LaunchTyped<Element16>(kernel, args, cuda_stream, tuning);
-  }
-  return cudaErrorInvalidValue;
+  return ForElementSize(args.element_size, [&](auto element) {
+    return LaunchTyped<decltype(element)>(kernel, args, cuda_stream, tuning);
+  });
 }
 
 }  // namespace transpose::kernels::internal

@@ -200,7 +200,8 @@ bool KernelTakes(internal::Kernel kernel, size_t element_size,
       (kernel == internal::Kernel::kWord && !internal::CanUseWords(probe)) ||
       (kernel == internal::Kernel::kSkewed && !internal::CanSkew(probe)) ||
       (kernel == internal::Kernel::kSmallMatrices &&
-       !internal::TakesSmallMatrices(probe)));
+       !internal::TakesSmallMatrices(probe)) ||
+      (kernel == internal::Kernel::kThin && !internal::TakesThin(probe)));
 }
 
 TEST_P(GpuInternalKernelTest, MatchesCpuReference) {
@@ -224,7 +225,8 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(internal::Kernel::kVector, internal::Kernel::kWord,
                           internal::Kernel::kSkewed,
                           internal::Kernel::kPadded64x8,
-                          internal::Kernel::kSmallMatrices),
+                          internal::Kernel::kSmallMatrices,
+                          internal::Kernel::kThin),
         ::testing::Values(1, 2, 4, 8, 16),
         ::testing::Values(Shape{1, 64, 64}, Shape{1, 1000, 1000},
                           Shape{3, 72, 136}, Shape{1, 16, 4096},
@@ -331,6 +333,35 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{1, 1, 1}, Shape{2, 300, 129},
                                          Shape{3, 256, 127},
                                          Shape{2, 256, 131})),
+    PlacedCaseName);
+
+// The thin kernel copies its k short rows in 16-byte units and its contiguous
+// side too, neither of which need be aligned: every element offset within a
+// unit, on tall (N x k) and short (k x N) matrices, k from 1 to kThinMaxK,
+// spans that end inside a unit, several spans per matrix (100003 x 3, 40000 x
+// 2) and batches.
+class GpuThinPlacementTest : public ::testing::TestWithParam<PlacedCase> {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  }
+};
+
+TEST_P(GpuThinPlacementTest, MatchesCpuReferenceAtAnyOffset) {
+  const auto& [element_size, shape] = GetParam();
+  ExpectMatchesAtEveryOffset(internal::Kernel::kThin, element_size, shape, 16);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Thin, GpuThinPlacementTest,
+    ::testing::Combine(::testing::Values(1, 2, 4, 8, 16),
+                       ::testing::Values(Shape{1, 100003, 3},
+                                         Shape{1, 3, 100003},
+                                         Shape{3, 5001, 17}, Shape{2, 17, 5001},
+                                         Shape{1, 777, 64}, Shape{1, 64, 777},
+                                         Shape{5, 1, 999}, Shape{5, 999, 1},
+                                         Shape{1, 40000, 2}, Shape{1, 2, 2},
+                                         Shape{7, 33, 35})),
     PlacedCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136
@@ -446,6 +477,19 @@ TEST(GpuTransposeLargeTest, SkewedPastTwoToThe31Elements) {
         << element_size << "-byte";
   }
   if (!skipped.empty()) GTEST_SKIP() << skipped;
+}
+
+// The thin kernel's runs and spans past 2^31 elements: 1-byte N x 3 and 3 x N
+// with N odd, 2^31 + 1 elements each.
+TEST(GpuTransposeLargeTest, ThinPastTwoToThe31Elements) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  constexpr uint64_t kN = ((uint64_t{1} << 31) + 2) / 3;
+  static_assert(3 * kN > (uint64_t{1} << 31) && kN % 2 == 1);
+  if (std::string why; !EnoughMemoryFor(3 * kN, &why)) GTEST_SKIP() << why;
+  for (const Shape& shape : {Shape{1, kN, 3}, Shape{1, 3, kN}}) {
+    EXPECT_EQ(RunAndCompare(internal::Kernel::kThin, 1, shape), "")
+        << shape.rows << " x " << shape.cols;
+  }
 }
 
 }  // namespace

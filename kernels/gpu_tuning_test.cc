@@ -117,7 +117,7 @@ TEST(AutoKernelTest, SkewedForLarge1And2ByteMatrices) {
   EXPECT_EQ(AutoKernelOf(1, 1, 767, 10937), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(1, 1, 16385, 383), internal::Kernel::kSkewed);
   EXPECT_EQ(AutoKernelOf(1, 1, 98305, 64), internal::Kernel::kSkewed);
-  EXPECT_EQ(AutoKernelOf(1, 1, 10000001, 3), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(1, 1, 400009, 33), internal::Kernel::kSkewed);
   // 1-byte output rows on sectors (8192 or 4096 rows) too.
   EXPECT_EQ(AutoKernelOf(1, 1, 8192, 8191), internal::Kernel::kSkewed);
   EXPECT_EQ(AutoKernelOf(1, 1, 4096, 4097), internal::Kernel::kSkewed);
@@ -133,6 +133,40 @@ TEST(AutoKernelTest, SkewedForLarge1And2ByteMatrices) {
   EXPECT_EQ(AutoKernelOf(2, 1, 2048, 4097), internal::Kernel::kPadded64x8);
 }
 
+// Matrices with at most 20 rows or columns (N x 3 points, their 3 x N
+// coordinates), of every element size, take the thin kernel, unless they are
+// small enough to stage whole; so do those with up to 32 columns of elements
+// up to 8 bytes, up to 31 rows of elements up to 4 bytes and 32 of bytes.
+TEST(AutoKernelTest, ThinWhereRowsOrColumnsAreFew) {
+  for (size_t element_size : {1, 2, 4, 8, 16}) {
+    for (const auto& [rows, cols] : {std::pair<uint64_t, uint64_t>{10000001, 3},
+                                     {3, 10000001},
+                                     {1000001, 20},
+                                     {20, 1000001}}) {
+      EXPECT_EQ(AutoKernelOf(element_size, 1, rows, cols),
+                internal::Kernel::kThin)
+          << element_size << "-byte " << rows << " x " << cols;
+    }
+  }
+  EXPECT_EQ(AutoKernelOf(4, 1, 1000001, 1), internal::Kernel::kThin);
+  EXPECT_EQ(AutoKernelOf(2, 1, 16, 4096), internal::Kernel::kThin);
+  EXPECT_EQ(AutoKernelOf(4, 1000, 5000, 3), internal::Kernel::kThin);
+  // 21 to 32 columns: up to 8-byte elements.
+  EXPECT_EQ(AutoKernelOf(8, 1, 1000001, 32), internal::Kernel::kThin);
+  EXPECT_EQ(AutoKernelOf(16, 1, 1000001, 21), internal::Kernel::kVector);
+  // 21 to 31 rows: up to 4-byte elements; 32: 1-byte only.
+  EXPECT_EQ(AutoKernelOf(4, 1, 31, 1000001), internal::Kernel::kThin);
+  EXPECT_EQ(AutoKernelOf(8, 1, 21, 1000001), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(1, 1, 32, 1000001), internal::Kernel::kThin);
+  EXPECT_EQ(AutoKernelOf(2, 1, 32, 1000001), internal::Kernel::kPadded32);
+  // Past 32.
+  EXPECT_EQ(AutoKernelOf(1, 1, 1000001, 33), internal::Kernel::kSkewed);
+  EXPECT_EQ(AutoKernelOf(4, 1, 1000001, 33), internal::Kernel::kPadded32);
+  // Small enough to stage whole: 4-byte 1000 x 3, a batch of 2 x 3.
+  EXPECT_EQ(AutoKernelOf(4, 1, 1000, 3), internal::Kernel::kSmallMatrices);
+  EXPECT_EQ(AutoKernelOf(4, 70000, 2, 3), internal::Kernel::kSmallMatrices);
+}
+
 // Where neither a vector, word, skewed nor small_matrices kernel suits a 1- or
 // 2-byte matrix: the 32 x 32 tile below 16 MiB or where most 64 x 64 tiles
 // would be partial, the 64 x 64 tile otherwise.
@@ -142,7 +176,6 @@ TEST(AutoKernelTest, PaddedTileWhereNoOtherKernelSuits) {
   EXPECT_EQ(AutoKernelOf(2, 1, 1023, 8191), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(2, 1, 1023, 8201), internal::Kernel::kPadded64x8);
   EXPECT_EQ(AutoKernelOf(2, 1, 1023, 16385), internal::Kernel::kPadded64x8);
-  EXPECT_EQ(AutoKernelOf(1, 1, 1000001, 3), internal::Kernel::kPadded32);
   // Batches of matrices a 64 x 64 tile leaves mostly partial, past 16 MiB.
   EXPECT_EQ(AutoKernelOf(1, 1000, 300, 301), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(2, 200, 255, 257), internal::Kernel::kPadded32);

@@ -293,6 +293,11 @@ std::vector<Case> BuiltInCases(bool quick) {
   for (size_t size : {1, 2}) {
     cases.push_back({"12345x6789", size, 1, 12345, 6789});
   }
+  // Thin matrices, 4-byte N x 3 points and their 3 x N coordinates (an array
+  // of structures to a structure of arrays and back): AUTO's thin kernel. Last,
+  // for the same reason.
+  cases.push_back({"10000001x3", 4, 1, 10000001, 3});
+  cases.push_back({"3x10000001", 4, 1, 3, 10000001});
   return cases;
 }
 
