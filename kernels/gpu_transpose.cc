@@ -104,24 +104,29 @@ bool SkewedSuitsAuto(const TransposeArgs& args) {
 }
 
 // Whether AUTO gives the thin kernel a matrix with k = min(rows, columns) at
-// most kThinMaxK: up to 20 of any element size; up to 32 columns (N x k, the
-// output its k runs) of elements up to 8 bytes; up to 31 rows (k x N) of
-// elements up to 4 bytes, 32 of 1-byte ones. On the H200 (docs/BENCHMARKS.md,
-// attempt 38), % of memcpy against the best other kernel, for matrices of 64
-// MiB: k = 2 to 16 either way, 53-71% (1-byte), 74-101% (2-byte), 96-108%
-// (4-byte), 99-109% (8-byte) and 102-110% (16-byte), against at most 22%, 47%,
-// 66%, 96% and 96% (4-byte N x 3 17%, 3 x N 24%); k = 20, 8-byte 20 x N 103%
-// against 100%, 16-byte 105% against 100%, 16-byte N x 20 102% against 99%.
-// N x 24 to N x 32: 1-byte 59-64% against 32-39%, 2-byte 83-90% against
-// 65-81%, 4-byte 91-97% against 76-80%, 8-byte 95-97% against 91-94%, but
-// 16-byte 96-100% against 100-104%. 24 x N to 31 x N: 1-byte 47-51% against
-// 22-28%, 2-byte 67-71% against 43-56%, 4-byte 91-93% against 77-88%, but 8-
-// and 16-byte 93-98% against 101-107%; 32 x N, whose 32 x 32 tiles are full:
-// 1-byte 48% against 40%, but 2-byte 65% against 72%, 4-byte 91% against 100%.
+// most kThinMaxK: up to 20 of any element size; with N at least 4096, up to 32
+// columns (N x k, the output its k runs) of elements up to 8 bytes and up to 31
+// rows (k x N) of elements up to 4 bytes, 32 of 1-byte ones. On the H200
+// (docs/BENCHMARKS.md, attempt 38), % of memcpy against the best other kernel,
+// for matrices of 64 MiB: k = 2 to 16 either way, 53-71% (1-byte), 74-101%
+// (2-byte), 96-108% (4-byte), 99-109% (8-byte) and 102-110% (16-byte), against
+// at most 22%, 47%, 66%, 96% and 96% (4-byte N x 3 17%, 3 x N 24%); k = 20,
+// 8-byte 20 x N 103% against 100%, 16-byte 105% against 100%, 16-byte N x 20
+// 102% against 99%. N x 24 to N x 32: 1-byte 59-64% against 32-39%, 2-byte
+// 83-90% against 65-81%, 4-byte 91-97% against 76-80%, 8-byte 95-97% against
+// 91-94%, but 16-byte 96-100% against 100-104%. 24 x N to 31 x N: 1-byte 47-51%
+// against 22-28%, 2-byte 67-71% against 43-56%, 4-byte 91-93% against 77-88%,
+// but 8- and 16-byte 93-98% against 101-107%; 32 x N, whose 32 x 32 tiles are
+// full: 1-byte 48% against 40%, but 2-byte 65% against 72%, 4-byte 91% against
+// 100%.
 bool ThinSuitsAuto(const TransposeArgs& args) {
   const uint64_t k = std::min(args.rows, args.cols);
   if (k <= 20) return true;
-  if (k > 32) return false;
+  // Past 20 only with rows of several spans (all measured had 135301 or more):
+  // batches of 32 x 32 or 64 x 32 matrices fill their tiles, and would leave
+  // most of a thin block's span empty.
+  constexpr uint64_t kMinLongSide = 4096;
+  if (k > 32 || std::max(args.rows, args.cols) < kMinLongSide) return false;
   if (args.cols == k && args.element_size <= 8) return true;
   return args.element_size == 1 || (args.element_size <= 4 && k < 32);
 }
@@ -129,10 +134,10 @@ bool ThinSuitsAuto(const TransposeArgs& args) {
 // The padded tile AUTO gives a 1- or 2-byte matrix no other kernel suits: the
 // 32 x 32 tile below 16 MiB and where most 64 x 64 tiles would be partial (as
 // for 4- and 8-byte elements), the 64 x 64 tile otherwise. On the H200 (attempt
-// 37): 1- byte 2047 x 2049 87% of memcpy against padded_64x8's 83%, 2-byte 1023
-// x 1025 127% against 110%, 2-byte batches of 126 x 130 (12 MiB) 82% against
-// 73% and of 255 x 257 (25 MiB) 78% against 74%; but 2-byte 2048 x 4097 (16
-// MiB) 75% against 81%, 1023 x 16385 74% against 76%.
+// 37): 1-byte 2047 x 2049 87% of memcpy against padded_64x8's 83%, 2-byte
+// 1023 x 1025 127% against 110%, 2-byte batches of 126 x 130 (12 MiB) 82%
+// against 73% and of 255 x 257 (25 MiB) 78% against 74%; but 2-byte 2048 x 4097
+// (16 MiB) 75% against 81%, 1023 x 16385 74% against 76%.
 Kernel PaddedTileBySize(const TransposeArgs& args) {
   return args.bytes() < (16 << 20) || FullTileFraction(args, 64, 64) < 0.9
              ? Kernel::kPadded32
@@ -153,9 +158,8 @@ Kernel PaddedTileBySize(const TransposeArgs& args) {
 // read 101% on batches of 64 x 64, small_matrices 68%).
 // Then, for matrices with few rows or columns (ThinSuitsAuto), the thin
 // kernel. Otherwise the vector kernel for 1- and 2-byte elements where its
-// 16-byte
-// accesses are possible and its tiles mostly full (else the word kernel for
-// bytes, then the skewed kernel for large matrices, SkewedSuitsAuto, then a
+// 16-byte accesses are possible and its tiles mostly full (else the word kernel
+// for bytes, then the skewed kernel for large matrices, SkewedSuitsAuto, then a
 // padded tile, PaddedTileBySize; a batch of 64 x 64 2-byte matrices gets 64 x
 // 64 tiles), and for 16-byte elements wherever its accesses are possible. For
 // 4- and 8-byte elements: where most 64 x 64 tiles would be partial (small odd

@@ -1293,11 +1293,11 @@ cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
 }
 
 // Thin matrices (ThinTranspose), one block per span of positions along N for
-// one matrix of the batch, in grids of at most 65535 batch entries each. The
-// shared rows hold runs of at least 1 KiB (65 units) and the block at least 16
-// KiB, at most 48 KiB. On the H200 (docs/BENCHMARKS.md, attempt 38, the
-// kernel's first version) 16 KiB blocks read 99% of memcpy for 4-byte N x 3
-// against 89% for 32 KiB; for N x 32 86% against 88% (480-byte runs against
+// one matrix of the batch, in grids of at most 65535 batch entries each.
+// Blocks of about 16 KiB, with shared rows of at least 65 units (1 KiB runs)
+// where 48 KiB allows (k up to 47). On the H200 (docs/BENCHMARKS.md, attempt
+// 38, the kernel's first version) 16 KiB blocks read 99% of memcpy for 4-byte N
+// x 3 against 89% for 32 KiB; for N x 32 86% against 88% (480-byte runs against
 // 992), for N x 63 73% against 82% (224 against 480).
 template <typename T>
 cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
@@ -1317,6 +1317,7 @@ cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
     return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) %
                                  sizeof(uint4) / sizeof(T));
   };
+  // Past 2^31 - 1 spans (N above 46 x 2^31) no device holds the matrix.
   const uint64_t spans = CeilDiv(n, span);
   if (spans > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
   const auto kernel = tall ? ThinTranspose<T, kThreads, true>

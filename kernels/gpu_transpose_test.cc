@@ -339,7 +339,7 @@ INSTANTIATE_TEST_SUITE_P(
 // side too, neither of which need be aligned: every element offset within a
 // unit, on tall (N x k) and short (k x N) matrices, k from 1 to kThinMaxK,
 // spans that end inside a unit, several spans per matrix (100003 x 3, 40000 x
-// 2) and batches.
+// 2) and batches, past 65535 matrices too (more than one grid).
 class GpuThinPlacementTest : public ::testing::TestWithParam<PlacedCase> {
  protected:
   void SetUp() override {
@@ -361,7 +361,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{1, 777, 64}, Shape{1, 64, 777},
                                          Shape{5, 1, 999}, Shape{5, 999, 1},
                                          Shape{1, 40000, 2}, Shape{1, 2, 2},
-                                         Shape{7, 33, 35})),
+                                         Shape{7, 33, 35}, Shape{70001, 7, 2},
+                                         Shape{70001, 2, 7})),
     PlacedCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136

@@ -136,7 +136,8 @@ TEST(AutoKernelTest, SkewedForLarge1And2ByteMatrices) {
 // Matrices with at most 20 rows or columns (N x 3 points, their 3 x N
 // coordinates), of every element size, take the thin kernel, unless they are
 // small enough to stage whole; so do those with up to 32 columns of elements
-// up to 8 bytes, up to 31 rows of elements up to 4 bytes and 32 of bytes.
+// up to 8 bytes, up to 31 rows of elements up to 4 bytes and 32 of bytes, at
+// least 4096 long.
 TEST(AutoKernelTest, ThinWhereRowsOrColumnsAreFew) {
   for (size_t element_size : {1, 2, 4, 8, 16}) {
     for (const auto& [rows, cols] : {std::pair<uint64_t, uint64_t>{10000001, 3},
@@ -159,6 +160,11 @@ TEST(AutoKernelTest, ThinWhereRowsOrColumnsAreFew) {
   EXPECT_EQ(AutoKernelOf(8, 1, 21, 1000001), internal::Kernel::kPadded32);
   EXPECT_EQ(AutoKernelOf(1, 1, 32, 1000001), internal::Kernel::kThin);
   EXPECT_EQ(AutoKernelOf(2, 1, 32, 1000001), internal::Kernel::kPadded32);
+  // Past 20, not for short runs: batches of 32 x 32 or 64 x 32 matrices.
+  EXPECT_EQ(AutoKernelOf(1, 1000, 32, 32), internal::Kernel::kWord);
+  EXPECT_EQ(AutoKernelOf(4, 1000, 64, 32), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(4, 100, 4095, 32), internal::Kernel::kPadded32);
+  EXPECT_EQ(AutoKernelOf(4, 100, 4096, 32), internal::Kernel::kThin);
   // Past 32.
   EXPECT_EQ(AutoKernelOf(1, 1, 1000001, 33), internal::Kernel::kSkewed);
   EXPECT_EQ(AutoKernelOf(4, 1, 1000001, 33), internal::Kernel::kPadded32);
