@@ -933,7 +933,8 @@ __device__ __forceinline__ void MoveThinUnit(Unit<T>& unit, T* shared,
 // spread a unit's scattered elements over the banks. With k up to 16, N x k
 // and k x N matrices of 64 MiB read 96-110% of memcpy for 4- to 16-byte
 // elements, 74-101% for 2-byte and 53-71% for 1-byte ones, whose units move
-// 8 or 16 elements one by one (docs/BENCHMARKS.md, attempt 38).
+// 8 or 16 elements one by one (docs/BENCHMARKS.md, attempt 38); LaunchThin
+// gives 1-byte k = 2 to 4 and 2-byte 2 x N to ThinGroupsTranspose instead.
 template <typename T, int NT, bool kTall>
 __global__ void __launch_bounds__(NT)
     ThinTranspose(const T* __restrict__ in, T* __restrict__ out, uint32_t k,
@@ -1041,6 +1042,228 @@ __global__ void __launch_bounds__(NT)
       MoveThinUnit<T, false>(unit, shared, e0, flat_len, k, row_stride, lead0,
                              n_mod, div_k);
       StoreRunUnit(out_units, u, out + flat0, e0, flat_len, unit);
+    }
+  }
+}
+
+// The 16 bytes that start `shift` bytes (0 to 15) into lo:hi. The whole words
+// are picked by a branch, uniform across a warp where the shift is, so that no
+// register is indexed by a runtime value; the rest is a byte permute.
+__device__ __forceinline__ uint4 FunnelUnit(const uint4& lo, const uint4& hi,
+                                            uint32_t shift) {
+  const uint32_t selector = 0x3210 + 0x1111 * (shift & 3);
+  const auto permute = [selector](uint32_t a, uint32_t b, uint32_t c,
+                                  uint32_t d, uint32_t e) {
+    return make_uint4(__byte_perm(a, b, selector), __byte_perm(b, c, selector),
+                      __byte_perm(c, d, selector), __byte_perm(d, e, selector));
+  };
+  switch (shift >> 2) {
+    case 0:
+      return permute(lo.x, lo.y, lo.z, lo.w, hi.x);
+    case 1:
+      return permute(lo.y, lo.z, lo.w, hi.x, hi.y);
+    case 2:
+      return permute(lo.z, lo.w, hi.x, hi.y, hi.z);
+    default:
+      return permute(lo.w, hi.x, hi.y, hi.z, hi.w);
+  }
+}
+
+// One 32-bit word of 4 / S elements of S bytes (1 or 2), element b taken from
+// byte `at[b]` of word `from[b]`; with the indices known at compile time, one
+// byte permute per pair of source words.
+template <int S>
+__device__ __forceinline__ uint32_t PackWord(const uint32_t* from,
+                                             const int* at) {
+  if constexpr (S == 2) {
+    return __byte_perm(
+        from[0], from[1],
+        at[0] | (at[0] + 1) << 4 | (at[1] + 4) << 8 | (at[1] + 5) << 12);
+  } else {
+    const uint32_t lo = __byte_perm(from[0], from[1], at[0] | (at[1] + 4) << 4);
+    const uint32_t hi = __byte_perm(from[2], from[3], at[2] | (at[3] + 4) << 4);
+    return __byte_perm(lo, hi, 0x5410);
+  }
+}
+
+// Transposes, in registers, the 16-byte units of E positions of a thin
+// matrix's K runs (`runs[j]`: positions 0 to E - 1 of run j) and the K units
+// of its contiguous side that hold the same positions (`flat`: element p K +
+// j is position p of run j): into `runs` when kToRuns, else into `flat`.
+template <typename T, int K, bool kToRuns>
+__device__ __forceinline__ void TransposeThinGroup(uint32_t (&flat)[4 * K],
+                                                   uint32_t (&runs)[K][4]) {
+  constexpr int S = sizeof(T), kPerWord = 4 / S;
+#pragma unroll
+  for (int w = 0; w < 4 * K; ++w) {  // A word of `runs` (kToRuns) or `flat`.
+    uint32_t from[kPerWord];
+    int at[kPerWord];
+#pragma unroll
+    for (int b = 0; b < kPerWord; ++b) {
+      if constexpr (kToRuns) {
+        const int j = w / 4, p = (w % 4) * kPerWord + b, e = p * K + j;
+        from[b] = flat[e / kPerWord];
+        at[b] = (e % kPerWord) * S;
+      } else {
+        const int e = w * kPerWord + b, p = e / K, j = e % K;
+        from[b] = runs[j][p / kPerWord];
+        at[b] = (p % kPerWord) * S;
+      }
+    }
+    if constexpr (kToRuns) {
+      runs[w / 4][w % 4] = PackWord<S>(from, at);
+    } else {
+      flat[w] = PackWord<S>(from, at);
+    }
+  }
+}
+
+// Thin matrices of 1- and 2-byte elements with K = 2 to 4 short rows or
+// columns (N x 3 RGB pixels to 3 x N planes and back). ThinTranspose moves
+// their contiguous side element by element, 8 or 16 per unit, and is bound by
+// those instructions (1-byte N x 3 71% of memcpy, 3 x N 64%). Here the K units
+// of each side that hold a group of E positions are transposed in registers
+// with byte permutes fixed at compile time (TransposeThinGroup), and misaligned
+// units are shifted into place whole (FunnelUnit). N x K (kTall): a thread per
+// group loads its K + 1 input units straight from global memory and stores
+// its K run units to shared memory with position 0 at a unit's start; the
+// block then copies the runs out in global units, shifted back. K x N: the
+// block stages its runs as in global memory; a thread per output unit
+// transposes its group from them (the K threads of a group each do it whole,
+// so that a warp's stores are contiguous) and stores the unit straight to
+// global memory, which the launcher allows only where each matrix's output
+// starts on a unit. On the H200 (docs/BENCHMARKS.md, attempt 39) 1-byte N x 2,
+// 3 and 4 read 86-93% of memcpy against ThinTranspose's 66-71%, 2 x N, 3 x N
+// and 4 x N 87%, 77% and 58% against 62%, 64% and 57%, 2-byte 2 x N 92% against
+// 86%; for other 2-byte shapes ThinTranspose reads faster (N x 2 97% against
+// 93%, 3 x N 86% against 82%).
+template <typename T, int K, int NT, bool kTall>
+__global__ void __launch_bounds__(NT)
+    ThinGroupsTranspose(const T* __restrict__ in, T* __restrict__ out,
+                        uint64_t n, uint32_t span, uint64_t batch0,
+                        uint32_t in_head, uint32_t out_head,
+                        Divider div_run_units) {
+  constexpr uint32_t S = sizeof(T), E = sizeof(uint4) / S;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  uint4* shared_units = reinterpret_cast<uint4*>(shared_bytes);
+  const uint64_t b = batch0 + blockIdx.y;
+  const uint64_t p0 = uint64_t{blockIdx.x} * span;
+  const uint32_t len = static_cast<uint32_t>(min(uint64_t{span}, n - p0));
+  const uint32_t groups = (len + E - 1) / E;
+  const uint4* in_units = reinterpret_cast<const uint4*>(
+      reinterpret_cast<uintptr_t>(in) - in_head * S);
+  uint4* out_units =
+      reinterpret_cast<uint4*>(reinterpret_cast<uintptr_t>(out) - out_head * S);
+  // Run j starts at element (b K + j) n + p0 of its buffer, lead_j elements
+  // into its global unit; its unit q holds positions q E - lead_j on, and at
+  // most run_units of them hold positions of the span.
+  const uint32_t run_units = span / E + 1;
+  const uint32_t runs_head = kTall ? out_head : in_head;
+  const auto run_start = [&](uint32_t j) { return (b * K + j) * n + p0; };
+  const auto run_lead = [&](uint32_t j) {
+    return static_cast<uint32_t>((run_start(j) + runs_head) % E);
+  };
+  // The contiguous side: elements (b n + p0) K to that + len K, from global
+  // unit `first` on.
+  const uint32_t flat_head = kTall ? in_head : out_head;
+  const uint64_t flat0 = (b * n + p0) * K;
+  const uint32_t flat_len = len * K;
+  const uint64_t first = (flat0 + flat_head) / E;
+  const auto words = [](const uint4& unit, uint32_t* to) {
+    to[0] = unit.x;
+    to[1] = unit.y;
+    to[2] = unit.z;
+    to[3] = unit.w;
+  };
+  if constexpr (kTall) {
+    // Run j's staged unit u (positions u E on, from u = -1) in this slot.
+    const auto run_slot = [&](uint32_t j, int32_t u) {
+      return j * (run_units + 1) + 1 + u;
+    };
+    // Position 0 lies `shift` bytes into unit `first`.
+    const uint32_t shift = static_cast<uint32_t>((flat0 + flat_head) % E) * S;
+    for (uint32_t g = threadIdx.x; g < groups; g += NT) {
+      uint4 v[K + 1];
+#pragma unroll
+      for (int c = 0; c <= K; ++c) {
+        v[c] = LoadRunUnit(in_units, first + g * K + c, in + flat0,
+                           int64_t{g * K + c} * E - shift / S, flat_len);
+      }
+      uint32_t flat[4 * K], runs[K][4];
+#pragma unroll
+      for (int c = 0; c < K; ++c)
+        words(FunnelUnit(v[c], v[c + 1], shift), flat + 4 * c);
+      TransposeThinGroup<T, K, true>(flat, runs);
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        shared_units[run_slot(j, g)] =
+            make_uint4(runs[j][0], runs[j][1], runs[j][2], runs[j][3]);
+    }
+    __syncthreads();
+    for (uint32_t s = threadIdx.x; s < K * run_units; s += NT) {
+      const uint32_t j = div_run_units.Div(s), q = s - j * run_units;
+      const int64_t i0 = int64_t{q} * E - run_lead(j);
+      if (i0 >= len) continue;
+      // Positions i0 on lie in staged units floor(i0 / E) and the next.
+      const int32_t u = i0 < 0 ? -1 : static_cast<int32_t>(i0 / E);
+      Unit<T> unit;
+      unit.bits = FunnelUnit(shared_units[run_slot(j, u)],
+                             shared_units[run_slot(j, u + 1)],
+                             static_cast<uint32_t>(i0 - int64_t{u} * E) * S);
+      const uint64_t g = run_start(j);
+      StoreRunUnit(out_units, (g + out_head) / E + q, out + g, i0, len, unit);
+    }
+  } else {
+    // Run j's unit q in this slot, as in global memory.
+    const auto run_slot = [&](uint32_t j, uint32_t q) {
+      return j * (run_units + 1) + q;
+    };
+    constexpr int kLoads = 4;  // Units in flight per thread.
+    for (uint32_t base = 0; base < K * run_units; base += NT * kLoads) {
+      uint4 v[kLoads];
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const uint32_t s = base + l * NT + threadIdx.x;
+        const uint32_t j = div_run_units.Div(s), q = s - j * run_units;
+        const uint64_t start = run_start(j);
+        if (j < K)
+          v[l] = LoadRunUnit(in_units, (start + in_head) / E + q, in + start,
+                             int64_t{q} * E - run_lead(j), len);
+      }
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const uint32_t s = base + l * NT + threadIdx.x;
+        const uint32_t j = div_run_units.Div(s), q = s - j * run_units;
+        if (j < K) shared_units[run_slot(j, q)] = v[l];
+      }
+    }
+    __syncthreads();
+    uint32_t shift[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) shift[j] = run_lead(j) * S;
+    // A thread per output unit, so that a warp's stores are contiguous: unit
+    // c of group g, which it picks from the group's whole transpose. The
+    // launcher gives this direction only contiguous sides that start on a
+    // unit, so group g's units are global units first + g K + c.
+    for (uint32_t o = threadIdx.x; o < groups * K; o += NT) {
+      const uint32_t g = o / K, c = o - g * K;
+      uint32_t flat[4 * K], runs[K][4];
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        words(FunnelUnit(shared_units[run_slot(j, g)],
+                         shared_units[run_slot(j, g + 1)], shift[j]),
+              runs[j]);
+      TransposeThinGroup<T, K, false>(flat, runs);
+      Unit<T> unit;
+      unit.bits = make_uint4(flat[0], flat[1], flat[2], flat[3]);
+#pragma unroll
+      for (int i = 1; i < K; ++i) {
+        if (c == i)
+          unit.bits = make_uint4(flat[4 * i], flat[4 * i + 1], flat[4 * i + 2],
+                                 flat[4 * i + 3]);
+      }
+      StoreRunUnit(out_units, first + o, out + flat0, int64_t{o} * E, flat_len,
+                   unit);
     }
   }
 }
@@ -1292,6 +1515,41 @@ cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
   return cudaSuccess;
 }
 
+// Thin matrices of 1- and 2-byte elements with K = 2 to 4
+// (ThinGroupsTranspose): blocks of 1024 / K groups, about 16 KiB of each side.
+template <typename T, int K>
+cudaError_t LaunchThinGroups(const TransposeArgs& args, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr uint32_t E = sizeof(uint4) / sizeof(T);
+  constexpr uint32_t kGroups = 1024 / K;
+  constexpr uint32_t span = kGroups * E;
+  // The staged side: K runs of span / E + 2 units.
+  constexpr size_t shared = sizeof(uint4) * K * (span / E + 2);
+  static_assert(shared <= kThinMaxSharedBytes);
+  const bool tall = args.cols <= args.rows;
+  const uint64_t n = tall ? args.rows : args.cols;
+  const auto head = [](const void* p) {
+    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) %
+                                 sizeof(uint4) / sizeof(T));
+  };
+  const uint64_t spans = CeilDiv(n, span);
+  if (spans > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
+  // (For 2-byte elements only 2 x N is launched; N x 2 compiles unused.)
+  const auto kernel = tall ? ThinGroupsTranspose<T, K, kThreads, true>
+                           : ThinGroupsTranspose<T, K, kThreads, false>;
+  for (uint64_t b0 = 0; b0 < args.batch; b0 += kMaxGridY) {
+    const dim3 grid(
+        static_cast<unsigned>(spans),
+        static_cast<unsigned>(std::min(kMaxGridY, args.batch - b0)));
+    kernel<<<grid, kThreads, shared, stream>>>(
+        static_cast<const T*>(args.input), static_cast<T*>(args.output), n,
+        span, b0, head(args.input), head(args.output), Divider(span / E + 1));
+    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
+      return error;
+  }
+  return cudaSuccess;
+}
+
 // Thin matrices (ThinTranspose), one block per span of positions along N for
 // one matrix of the batch, in grids of at most 65535 batch entries each.
 // Blocks of about 16 KiB, with shared rows of at least 65 units (1 KiB runs)
@@ -1306,6 +1564,28 @@ cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
   const bool tall = args.cols <= args.rows;
   const uint32_t k = static_cast<uint32_t>(tall ? args.cols : args.rows);
   const uint64_t n = tall ? args.rows : args.cols;
+  // ThinGroupsTranspose where it reads faster (attempt 39): 1-byte elements
+  // with k = 2 to 4, and 2-byte 2 x N. For k x N it stores whole output
+  // units from each group, so each matrix's output must start on a unit.
+  const bool output_on_units =
+      reinterpret_cast<uintptr_t>(args.output) % sizeof(uint4) == 0 &&
+      (args.batch == 1 || n * k % E == 0);
+  if constexpr (sizeof(T) == 1) {
+    if (tall || output_on_units) {
+      switch (k) {
+        case 2:
+          return LaunchThinGroups<T, 2>(args, stream);
+        case 3:
+          return LaunchThinGroups<T, 3>(args, stream);
+        case 4:
+          return LaunchThinGroups<T, 4>(args, stream);
+      }
+    }
+  }
+  if constexpr (sizeof(T) == 2) {
+    if (!tall && output_on_units && k == 2)
+      return LaunchThinGroups<T, 2>(args, stream);
+  }
   const uint32_t row_bytes = k * sizeof(uint4);
   uint32_t row_units =
       std::min<uint32_t>(std::max<uint32_t>((16 << 10) / row_bytes, 65),

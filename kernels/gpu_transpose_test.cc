@@ -339,7 +339,10 @@ INSTANTIATE_TEST_SUITE_P(
 // side too, neither of which need be aligned: every element offset within a
 // unit, on tall (N x k) and short (k x N) matrices, k from 1 to kThinMaxK,
 // spans that end inside a unit, several spans per matrix (100003 x 3, 40000 x
-// 2) and batches, past 65535 matrices too (more than one grid).
+// 2) and batches, past 65535 matrices too (more than one grid). For 1- and
+// 2-byte k x N with k up to 4, outputs on a unit take ThinGroupsTranspose
+// (batches of 3 x 4 x 4000 and 5 x 2 x 24, whose matrices all start on units,
+// and 1 x 2 x 40001), the others ThinTranspose.
 class GpuThinPlacementTest : public ::testing::TestWithParam<PlacedCase> {
  protected:
   void SetUp() override {
@@ -362,7 +365,11 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{5, 1, 999}, Shape{5, 999, 1},
                                          Shape{1, 40000, 2}, Shape{1, 2, 2},
                                          Shape{7, 33, 35}, Shape{70001, 7, 2},
-                                         Shape{70001, 2, 7})),
+                                         Shape{70001, 2, 7}, Shape{1, 20001, 4},
+                                         Shape{1, 4, 20001}, Shape{3, 9001, 2},
+                                         Shape{3, 2, 9001}, Shape{2, 17, 4},
+                                         Shape{2, 3, 17}, Shape{3, 4, 4000},
+                                         Shape{5, 2, 24}, Shape{1, 2, 40001})),
     PlacedCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136
@@ -484,10 +491,15 @@ TEST(GpuTransposeLargeTest, SkewedPastTwoToThe31Elements) {
 // with N odd, 2^31 + 1 elements each.
 TEST(GpuTransposeLargeTest, ThinPastTwoToThe31Elements) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  // k = 3 takes the register-transposing path (ThinGroupsTranspose), k = 5
+  // the element-by-element one.
   constexpr uint64_t kN = ((uint64_t{1} << 31) + 2) / 3;
+  constexpr uint64_t kN5 = ((uint64_t{1} << 31) + 4) / 5;
   static_assert(3 * kN > (uint64_t{1} << 31) && kN % 2 == 1);
-  if (std::string why; !EnoughMemoryFor(3 * kN, &why)) GTEST_SKIP() << why;
-  for (const Shape& shape : {Shape{1, kN, 3}, Shape{1, 3, kN}}) {
+  static_assert(5 * kN5 > (uint64_t{1} << 31) && 5 * kN5 >= 3 * kN);
+  if (std::string why; !EnoughMemoryFor(5 * kN5, &why)) GTEST_SKIP() << why;
+  for (const Shape& shape :
+       {Shape{1, kN, 3}, Shape{1, 3, kN}, Shape{1, kN5, 5}, Shape{1, 5, kN5}}) {
     EXPECT_EQ(RunAndCompare(internal::Kernel::kThin, 1, shape), "")
         << shape.rows << " x " << shape.cols;
   }
