@@ -1133,7 +1133,7 @@ __device__ __forceinline__ void TransposeThinGroup(uint32_t (&flat)[4 * K],
 // so that a warp's stores are contiguous) and stores the unit straight to
 // global memory, which the launcher allows only where each matrix's output
 // starts on a unit. On the H200 (docs/BENCHMARKS.md, attempt 39) 1-byte N x 2,
-// 3 and 4 read 86-93% of memcpy against ThinTranspose's 66-71%, 2 x N, 3 x N
+// 3 and 4 read 87-94% of memcpy against ThinTranspose's 66-71%, 2 x N, 3 x N
 // and 4 x N 87%, 77% and 58% against 62%, 64% and 57%, 2-byte 2 x N 92% against
 // 86%; for other 2-byte shapes ThinTranspose reads faster (N x 2 97% against
 // 93%, 3 x N 86% against 82%).
@@ -1177,6 +1177,8 @@ __global__ void __launch_bounds__(NT)
   };
   if constexpr (kTall) {
     // Run j's staged unit u (positions u E on, from u = -1) in this slot.
+    // Slots -1 and `groups` are read unwritten where a shift reaches into
+    // them, for positions outside [0, len) that are never stored.
     const auto run_slot = [&](uint32_t j, int32_t u) {
       return j * (run_units + 1) + 1 + u;
     };
@@ -1210,8 +1212,9 @@ __global__ void __launch_bounds__(NT)
       unit.bits = FunnelUnit(shared_units[run_slot(j, u)],
                              shared_units[run_slot(j, u + 1)],
                              static_cast<uint32_t>(i0 - int64_t{u} * E) * S);
-      const uint64_t g = run_start(j);
-      StoreRunUnit(out_units, (g + out_head) / E + q, out + g, i0, len, unit);
+      const uint64_t start = run_start(j);
+      StoreRunUnit(out_units, (start + out_head) / E + q, out + start, i0, len,
+                   unit);
     }
   } else {
     // Run j's unit q in this slot, as in global memory.
