@@ -769,9 +769,8 @@ template <typename T, int NT, bool kScatterInput>
 __global__ void __launch_bounds__(NT)
     SmallMatricesTranspose(const T* __restrict__ in, T* __restrict__ out,
                            uint32_t rows, uint32_t cols, uint32_t per_block,
-                           uint64_t batch, uint64_t group0, uint32_t in_head,
-                           uint32_t out_head, Divider div_cols,
-                           Divider div_rows, Divider div_n) {
+                           uint64_t batch, uint32_t in_head, uint32_t out_head,
+                           Divider div_cols, Divider div_rows, Divider div_n) {
   constexpr uint32_t E = sizeof(uint4) / sizeof(T);  // Elements per unit.
   constexpr int kLoads = 4;  // Units in flight per thread.
   // For 1- and 2-byte elements, units wholly inside the group whose elements
@@ -785,7 +784,7 @@ __global__ void __launch_bounds__(NT)
   uint4* shared_units = reinterpret_cast<uint4*>(shared_bytes);
   T* shared = reinterpret_cast<T*>(shared_bytes);
   const uint32_t n = rows * cols;
-  const uint64_t m0 = (group0 + blockIdx.x) * per_block;
+  const uint64_t m0 = uint64_t{blockIdx.x} * per_block;
   const uint32_t total =
       static_cast<uint32_t>(min(uint64_t{per_block}, batch - m0)) * n;
   // Element indices into the whole batch; unit u of a buffer whose first
@@ -934,7 +933,8 @@ __device__ __forceinline__ void MoveThinUnit(Unit<T>& unit, T* shared,
 // and k x N matrices of 64 MiB read 96-110% of memcpy for 4- to 16-byte
 // elements, 74-101% for 2-byte and 53-71% for 1-byte ones, whose units move
 // 8 or 16 elements one by one (docs/BENCHMARKS.md, attempt 38); LaunchThin
-// gives 1-byte k = 2 to 4 and 2-byte 2 x N to ThinGroupsTranspose instead.
+// gives them ThinGroupsTranspose instead for k = 2 to 4 (but 2-byte N x 2 and
+// N x 3).
 template <typename T, int NT, bool kTall>
 __global__ void __launch_bounds__(NT)
     ThinTranspose(const T* __restrict__ in, T* __restrict__ out, uint32_t k,
@@ -1086,58 +1086,51 @@ __device__ __forceinline__ uint32_t PackWord(const uint32_t* from,
   }
 }
 
-// Transposes, in registers, the 16-byte units of E positions of a thin
-// matrix's K runs (`runs[j]`: positions 0 to E - 1 of run j) and the K units
-// of its contiguous side that hold the same positions (`flat`: element p K +
-// j is position p of run j): into `runs` when kToRuns, else into `flat`.
-template <typename T, int K, bool kToRuns>
-__device__ __forceinline__ void TransposeThinGroup(uint32_t (&flat)[4 * K],
-                                                   uint32_t (&runs)[K][4]) {
+// Transposes, in registers, the K 16-byte units of a thin matrix's
+// contiguous side that hold a group of E positions (`flat`: element p K + j
+// is position p of run j) into the units of its K runs (`runs[j]`: positions
+// 0 to E - 1 of run j).
+template <typename T, int K>
+__device__ __forceinline__ void TransposeThinGroup(
+    const uint32_t (&flat)[4 * K], uint32_t (&runs)[K][4]) {
   constexpr int S = sizeof(T), kPerWord = 4 / S;
 #pragma unroll
-  for (int w = 0; w < 4 * K; ++w) {  // A word of `runs` (kToRuns) or `flat`.
+  for (int w = 0; w < 4 * K; ++w) {  // A word of `runs`.
     uint32_t from[kPerWord];
     int at[kPerWord];
 #pragma unroll
     for (int b = 0; b < kPerWord; ++b) {
-      if constexpr (kToRuns) {
-        const int j = w / 4, p = (w % 4) * kPerWord + b, e = p * K + j;
-        from[b] = flat[e / kPerWord];
-        at[b] = (e % kPerWord) * S;
-      } else {
-        const int e = w * kPerWord + b, p = e / K, j = e % K;
-        from[b] = runs[j][p / kPerWord];
-        at[b] = (p % kPerWord) * S;
-      }
+      const int j = w / 4, p = (w % 4) * kPerWord + b, e = p * K + j;
+      from[b] = flat[e / kPerWord];
+      at[b] = (e % kPerWord) * S;
     }
-    if constexpr (kToRuns) {
-      runs[w / 4][w % 4] = PackWord<S>(from, at);
-    } else {
-      flat[w] = PackWord<S>(from, at);
-    }
+    runs[w / 4][w % 4] = PackWord<S>(from, at);
   }
 }
 
 // Thin matrices of 1- and 2-byte elements with K = 2 to 4 short rows or
 // columns (N x 3 RGB pixels to 3 x N planes and back). ThinTranspose moves
 // their contiguous side element by element, 8 or 16 per unit, and is bound by
-// those instructions (1-byte N x 3 71% of memcpy, 3 x N 64%). Here the K units
-// of each side that hold a group of E positions are transposed in registers
-// with byte permutes fixed at compile time (TransposeThinGroup), and misaligned
-// units are shifted into place whole (FunnelUnit). N x K (kTall): a thread per
-// group loads its K + 1 input units straight from global memory and stores
-// its K run units to shared memory with position 0 at a unit's start; the
-// block then copies the runs out in global units, shifted back. K x N: the
-// block stages its runs as in global memory; a thread per output unit
-// transposes its group from them (the K threads of a group each do it whole,
-// so that a warp's stores are contiguous) and stores the unit straight to
-// global memory, which the launcher allows only where each matrix's output
-// starts on a unit. On the H200 (docs/BENCHMARKS.md, attempt 39) 1-byte N x 2,
-// 3 and 4 read 87-94% of memcpy against ThinTranspose's 66-71%, 2 x N, 3 x N
-// and 4 x N 87%, 77% and 58% against 62%, 64% and 57%, 2-byte 2 x N 92% against
-// 86%; for other 2-byte shapes ThinTranspose reads faster (N x 2 97% against
-// 93%, 3 x N 86% against 82%).
-template <typename T, int K, int NT, bool kTall>
+// those instructions (1-byte N x 3 71% of memcpy, 3 x N 64%); here whole words
+// are moved by byte permutes fixed at compile time. N x K (kTall): a thread
+// per group of E positions loads the K + 1 input units that hold it straight
+// from global memory, shifts them into place whole (FunnelUnit), transposes
+// them in registers (TransposeThinGroup) and stores its K run units to shared
+// memory with position 0 at a unit's start; the block then copies the runs
+// out in global units, shifted back. K x N: the block stages its runs as in
+// global memory; a thread per output unit gathers that unit's positions from
+// each run (a few words at a runtime shared address) and stores it straight
+// to global memory, so that a warp's stores are contiguous. kOutputOnUnits
+// (each block's output starts on a unit) spares the final shift where K
+// divides E. Blocks stage K runs of span / E + 1 units, span / E = 1024 / K -
+// 1 groups, so that the K x N loads take one round of 4 units per thread.
+// On the H200 (docs/BENCHMARKS.md, attempts 39 and 40), against
+// ThinTranspose: 1-byte N x 2, 3 and 4 read 88-94% of memcpy against 66-71%;
+// 2 x N, 3 x N and 4 x N 99%, 96% and 88% against 62%, 64% and 57%; 2-byte 2
+// x N, 3 x N, 4 x N and N x 4 99%, 90%, 88% and 99% against 86%, 86%, 78% and
+// 94%. ThinTranspose stays faster for 2-byte N x 2 and N x 3 (97% and 94%
+// against 94% and 89%).
+template <typename T, int K, int NT, bool kTall, bool kOutputOnUnits = false>
 __global__ void __launch_bounds__(NT)
     ThinGroupsTranspose(const T* __restrict__ in, T* __restrict__ out,
                         uint64_t n, uint32_t span, uint64_t batch0,
@@ -1169,13 +1162,13 @@ __global__ void __launch_bounds__(NT)
   const uint64_t flat0 = (b * n + p0) * K;
   const uint32_t flat_len = len * K;
   const uint64_t first = (flat0 + flat_head) / E;
-  const auto words = [](const uint4& unit, uint32_t* to) {
-    to[0] = unit.x;
-    to[1] = unit.y;
-    to[2] = unit.z;
-    to[3] = unit.w;
-  };
   if constexpr (kTall) {
+    const auto words = [](const uint4& unit, uint32_t* to) {
+      to[0] = unit.x;
+      to[1] = unit.y;
+      to[2] = unit.z;
+      to[3] = unit.w;
+    };
     // Run j's staged unit u (positions u E on, from u = -1) in this slot.
     // Slots -1 and `groups` are read unwritten where a shift reaches into
     // them, for positions outside [0, len) that are never stored.
@@ -1195,7 +1188,7 @@ __global__ void __launch_bounds__(NT)
 #pragma unroll
       for (int c = 0; c < K; ++c)
         words(FunnelUnit(v[c], v[c + 1], shift), flat + 4 * c);
-      TransposeThinGroup<T, K, true>(flat, runs);
+      TransposeThinGroup<T, K>(flat, runs);
 #pragma unroll
       for (int j = 0; j < K; ++j)
         shared_units[run_slot(j, g)] =
@@ -1217,56 +1210,106 @@ __global__ void __launch_bounds__(NT)
                    unit);
     }
   } else {
-    // Run j's unit q in this slot, as in global memory.
+    // Run j's unit q in this slot, as in global memory, after a unit that
+    // the reads of positions before the span may reach into (unwritten, like
+    // the two after the last: their elements are never stored).
     const auto run_slot = [&](uint32_t j, uint32_t q) {
-      return j * (run_units + 1) + q;
+      return j * (run_units + 3) + 1 + q;
     };
     constexpr int kLoads = 4;  // Units in flight per thread.
     for (uint32_t base = 0; base < K * run_units; base += NT * kLoads) {
       uint4 v[kLoads];
+      uint32_t slot[kLoads];  // Past the last when the thread has no unit.
 #pragma unroll
       for (int l = 0; l < kLoads; ++l) {
         const uint32_t s = base + l * NT + threadIdx.x;
         const uint32_t j = div_run_units.Div(s), q = s - j * run_units;
         const uint64_t start = run_start(j);
+        slot[l] = run_slot(j, q);
         if (j < K)
           v[l] = LoadRunUnit(in_units, (start + in_head) / E + q, in + start,
                              int64_t{q} * E - run_lead(j), len);
       }
 #pragma unroll
       for (int l = 0; l < kLoads; ++l) {
-        const uint32_t s = base + l * NT + threadIdx.x;
-        const uint32_t j = div_run_units.Div(s), q = s - j * run_units;
-        if (j < K) shared_units[run_slot(j, q)] = v[l];
+        if (slot[l] < run_slot(K, 0)) shared_units[slot[l]] = v[l];
       }
     }
     __syncthreads();
-    uint32_t shift[K];
+    // A thread per output unit, so that a warp's stores are contiguous: global
+    // unit first + o, whose elements x0 = o E - `head` on are those of the
+    // contiguous side's element x: position x / K of run x % K. Of each run it
+    // reads the P positions from x0 / K, from shared memory at a byte address
+    // known only at run time, interleaves them with byte permutes fixed at
+    // compile time, from run 0, and shifts the result by x0 % K elements.
+    constexpr uint32_t kPerWord = 4 / S;
+    constexpr uint32_t kMaxJ0 = kOutputOnUnits && E % K == 0 ? 0 : K - 1;
+    constexpr uint32_t P = (kMaxJ0 + E - 1) / K + 1;
+    constexpr uint32_t kRowWords = (P * S + 3) / 4;
+    constexpr uint32_t kFlatWords = kMaxJ0 ? 4 + kMaxJ0 * S / 4 + 1 : 4;
+    const uint32_t* shared_words =
+        reinterpret_cast<const uint32_t*>(shared_bytes);
+    const uint32_t head =
+        kOutputOnUnits ? 0 : static_cast<uint32_t>((flat0 + flat_head) % E);
+    // Byte address of run j's position -E: the loop divides x0 + K E, not x0,
+    // so as to stay unsigned.
+    uint32_t lead_bytes[K];
 #pragma unroll
-    for (int j = 0; j < K; ++j) shift[j] = run_lead(j) * S;
-    // A thread per output unit, so that a warp's stores are contiguous: unit
-    // c of group g, which it picks from the group's whole transpose. The
-    // launcher gives this direction only contiguous sides that start on a
-    // unit, so group g's units are global units first + g K + c.
-    for (uint32_t o = threadIdx.x; o < groups * K; o += NT) {
-      const uint32_t g = o / K, c = o - g * K;
-      uint32_t flat[4 * K], runs[K][4];
+    for (int j = 0; j < K; ++j)
+      lead_bytes[j] = run_slot(j, 0) * sizeof(uint4) + run_lead(j) * S - E * S;
+    const uint32_t units = (head + flat_len + E - 1) / E;
+    for (uint32_t o = threadIdx.x; o < units; o += NT) {
+      const uint32_t x = o * E + K * E - head, p = x / K, j0 = x - p * K;
+      uint32_t rows[K][kRowWords];
 #pragma unroll
-      for (int j = 0; j < K; ++j)
-        words(FunnelUnit(shared_units[run_slot(j, g)],
-                         shared_units[run_slot(j, g + 1)], shift[j]),
-              runs[j]);
-      TransposeThinGroup<T, K, false>(flat, runs);
-      Unit<T> unit;
-      unit.bits = make_uint4(flat[0], flat[1], flat[2], flat[3]);
+      for (int j = 0; j < K; ++j) {
+        const uint32_t at = lead_bytes[j] + p * S;
+        const uint32_t* from = shared_words + at / 4;
+        const uint32_t selector = 0x3210 + 0x1111 * (at % 4);
+        uint32_t next = from[0];
 #pragma unroll
-      for (int i = 1; i < K; ++i) {
-        if (c == i)
-          unit.bits = make_uint4(flat[4 * i], flat[4 * i + 1], flat[4 * i + 2],
-                                 flat[4 * i + 3]);
+        for (int w = 0; w < kRowWords; ++w) {
+          const uint32_t word = next;
+          next = from[w + 1];
+          rows[j][w] = __byte_perm(word, next, selector);
+        }
       }
-      StoreRunUnit(out_units, first + o, out + flat0, int64_t{o} * E, flat_len,
-                   unit);
+      uint32_t flat[kFlatWords];
+#pragma unroll
+      for (int w = 0; w < kFlatWords; ++w) {
+        uint32_t from[kPerWord];
+        int at[kPerWord];
+#pragma unroll
+        for (int b = 0; b < kPerWord; ++b) {
+          const uint32_t v = w * kPerWord + b;
+          const uint32_t byte = v < kMaxJ0 + E ? v / K * S : 0;
+          from[b] = rows[v % K][byte / 4];
+          at[b] = byte % 4;
+        }
+        flat[w] = PackWord<S>(from, at);
+      }
+      Unit<T> unit;
+      if constexpr (kMaxJ0 == 0) {
+        unit.bits = make_uint4(flat[0], flat[1], flat[2], flat[3]);
+      } else {
+        const uint32_t shift = j0 * S;
+        const uint32_t selector = 0x3210 + 0x1111 * (shift % 4);
+        uint32_t shifted[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t lo = flat[w], hi = flat[w + 1];
+          if constexpr (kMaxJ0 * S >= 4) {
+            if (shift >= 4) {
+              lo = flat[w + 1];
+              hi = flat[w + 2];
+            }
+          }
+          shifted[w] = __byte_perm(lo, hi, selector);
+        }
+        unit.bits = make_uint4(shifted[0], shifted[1], shifted[2], shifted[3]);
+      }
+      StoreRunUnit(out_units, first + o, out + flat0, int64_t{o} * E - head,
+                   flat_len, unit);
     }
   }
 }
@@ -1306,28 +1349,47 @@ Function ForTuning(const Tuning& tuning, Function plain, Function evict_last,
   return tuning.input_evict_last ? evict_last : plain;
 }
 
-// Launches `kernel_fn` over `row_tiles` x `col_tiles` tiles per matrix, row
-// tiles along grid x and tile columns along grid y (LocateTile maps them to
-// the kernel's walk), in grids of at most 65535 tile columns and batch entries
-// each.
-template <typename Function, typename In, typename Out>
-cudaError_t LaunchGrids(Function kernel_fn, dim3 block, size_t shared,
-                        cudaStream_t stream, const In* in, Out* out,
-                        uint64_t batch, uint64_t rows, uint64_t cols,
-                        uint64_t row_tiles, uint64_t col_tiles) {
-  if (row_tiles > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
-  for (uint64_t b0 = 0; b0 < batch; b0 += kMaxGridZ) {
-    for (uint64_t y0 = 0; y0 < col_tiles; y0 += kMaxGridY) {
-      const dim3 grid(
-          static_cast<unsigned>(row_tiles),
-          static_cast<unsigned>(std::min(kMaxGridY, col_tiles - y0)),
-          static_cast<unsigned>(std::min(kMaxGridZ, batch - b0)));
-      kernel_fn<<<grid, block, shared, stream>>>(in, out, rows, cols, y0, b0);
+// Elements of T from the start of the 16-byte unit that holds `p` to `p`.
+template <typename T>
+uint32_t HeadElements(const void* p) {
+  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) % sizeof(uint4) /
+                               sizeof(T));
+}
+
+// Covers x_blocks x y_blocks x z_blocks blocks with grids of at most 65535
+// along y and z: launch_grid(grid, y0, z0) launches one, whose first block
+// is (0, y0, z0) of the whole. Stops at the first launch that fails. Past
+// 2^31 - 1 blocks along x no device holds the data the blocks would cover.
+template <typename LaunchGrid>
+cudaError_t ForEachGrid(uint64_t x_blocks, uint64_t y_blocks, uint64_t z_blocks,
+                        LaunchGrid launch_grid) {
+  if (x_blocks > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
+  for (uint64_t z0 = 0; z0 < z_blocks; z0 += kMaxGridZ) {
+    for (uint64_t y0 = 0; y0 < y_blocks; y0 += kMaxGridY) {
+      launch_grid(
+          dim3(static_cast<unsigned>(x_blocks),
+               static_cast<unsigned>(std::min(kMaxGridY, y_blocks - y0)),
+               static_cast<unsigned>(std::min(kMaxGridZ, z_blocks - z0))),
+          y0, z0);
       if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
         return error;
     }
   }
   return cudaSuccess;
+}
+
+// Launches `kernel_fn` over `row_tiles` x `col_tiles` tiles per matrix, row
+// tiles along grid x and tile columns along grid y (LocateTile maps them to
+// the kernel's walk), batch entries along z.
+template <typename Function, typename In, typename Out>
+cudaError_t LaunchGrids(Function kernel_fn, dim3 block, size_t shared,
+                        cudaStream_t stream, const In* in, Out* out,
+                        uint64_t batch, uint64_t rows, uint64_t cols,
+                        uint64_t row_tiles, uint64_t col_tiles) {
+  return ForEachGrid(
+      row_tiles, col_tiles, batch, [&](dim3 grid, uint64_t y0, uint64_t b0) {
+        kernel_fn<<<grid, block, shared, stream>>>(in, out, rows, cols, y0, b0);
+      });
 }
 
 template <typename T>
@@ -1499,58 +1561,49 @@ cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
   const uint64_t groups = CeilDiv(args.batch, per_block);
   // A group's elements and the parts of the units at either end that are not.
   const size_t shared = per_block * n * sizeof(T) + 2 * sizeof(uint4);
-  const auto head = [](const void* p) {
-    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) %
-                                 sizeof(uint4) / sizeof(T));
-  };
   const auto kernel = rows % 2 == 1
                           ? SmallMatricesTranspose<T, kThreads, true>
                           : SmallMatricesTranspose<T, kThreads, false>;
-  for (uint64_t g0 = 0; g0 < groups; g0 += 0x7fffffff) {
-    kernel<<<static_cast<unsigned>(std::min<uint64_t>(0x7fffffff, groups - g0)),
-             kThreads, shared, stream>>>(
+  // A group holds at least 8 KiB unless it is the whole batch, so 2^31 groups
+  // would be 16 TiB: one grid along x covers any batch a device holds.
+  return ForEachGrid(groups, 1, 1, [&](dim3 grid, uint64_t, uint64_t) {
+    kernel<<<grid, kThreads, shared, stream>>>(
         static_cast<const T*>(args.input), static_cast<T*>(args.output), rows,
-        cols, per_block, args.batch, g0, head(args.input), head(args.output),
-        Divider(cols), Divider(rows), Divider(n));
-    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
-      return error;
-  }
-  return cudaSuccess;
+        cols, per_block, args.batch, HeadElements<T>(args.input),
+        HeadElements<T>(args.output), Divider(cols), Divider(rows), Divider(n));
+  });
 }
 
 // Thin matrices of 1- and 2-byte elements with K = 2 to 4
-// (ThinGroupsTranspose): blocks of 1024 / K groups, about 16 KiB of each side.
+// (ThinGroupsTranspose): blocks of 1024 / K - 1 groups, about 16 KiB of each
+// side.
 template <typename T, int K>
 cudaError_t LaunchThinGroups(const TransposeArgs& args, cudaStream_t stream) {
   constexpr int kThreads = 256;
   constexpr uint32_t E = sizeof(uint4) / sizeof(T);
-  constexpr uint32_t kGroups = 1024 / K;
+  constexpr uint32_t kGroups = 1024 / K - 1;
   constexpr uint32_t span = kGroups * E;
-  // The staged side: K runs of span / E + 2 units.
-  constexpr size_t shared = sizeof(uint4) * K * (span / E + 2);
+  // The staged side: K runs of span / E + 1 units and their margins.
+  constexpr size_t shared = sizeof(uint4) * K * (span / E + 4);
   static_assert(shared <= kThinMaxSharedBytes);
   const bool tall = args.cols <= args.rows;
   const uint64_t n = tall ? args.rows : args.cols;
-  const auto head = [](const void* p) {
-    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) %
-                                 sizeof(uint4) / sizeof(T));
-  };
-  const uint64_t spans = CeilDiv(n, span);
-  if (spans > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
-  // (For 2-byte elements only 2 x N is launched; N x 2 compiles unused.)
+  // Where each matrix's contiguous output starts on a unit, so does each
+  // block's, and the kernel's K x N stores skip the shift (attempt 40).
+  const bool output_on_units =
+      reinterpret_cast<uintptr_t>(args.output) % sizeof(uint4) == 0 &&
+      (args.batch == 1 || n * K % E == 0);
   const auto kernel = tall ? ThinGroupsTranspose<T, K, kThreads, true>
-                           : ThinGroupsTranspose<T, K, kThreads, false>;
-  for (uint64_t b0 = 0; b0 < args.batch; b0 += kMaxGridY) {
-    const dim3 grid(
-        static_cast<unsigned>(spans),
-        static_cast<unsigned>(std::min(kMaxGridY, args.batch - b0)));
-    kernel<<<grid, kThreads, shared, stream>>>(
-        static_cast<const T*>(args.input), static_cast<T*>(args.output), n,
-        span, b0, head(args.input), head(args.output), Divider(span / E + 1));
-    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
-      return error;
-  }
-  return cudaSuccess;
+                      : output_on_units
+                          ? ThinGroupsTranspose<T, K, kThreads, false, true>
+                          : ThinGroupsTranspose<T, K, kThreads, false, false>;
+  return ForEachGrid(
+      CeilDiv(n, span), args.batch, 1, [&](dim3 grid, uint64_t b0, uint64_t) {
+        kernel<<<grid, kThreads, shared, stream>>>(
+            static_cast<const T*>(args.input), static_cast<T*>(args.output), n,
+            span, b0, HeadElements<T>(args.input), HeadElements<T>(args.output),
+            Divider(span / E + 1));
+      });
 }
 
 // Thin matrices (ThinTranspose), one block per span of positions along N for
@@ -1567,27 +1620,19 @@ cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
   const bool tall = args.cols <= args.rows;
   const uint32_t k = static_cast<uint32_t>(tall ? args.cols : args.rows);
   const uint64_t n = tall ? args.rows : args.cols;
-  // ThinGroupsTranspose where it reads faster (attempt 39): 1-byte elements
-  // with k = 2 to 4, and 2-byte 2 x N. For k x N it stores whole output
-  // units from each group, so each matrix's output must start on a unit.
-  const bool output_on_units =
-      reinterpret_cast<uintptr_t>(args.output) % sizeof(uint4) == 0 &&
-      (args.batch == 1 || n * k % E == 0);
-  if constexpr (sizeof(T) == 1) {
-    if (tall || output_on_units) {
+  // ThinGroupsTranspose where it reads faster (attempts 39 and 40): k = 2
+  // to 4, 1-byte elements both ways, 2-byte k x N and N x 4.
+  if constexpr (sizeof(T) <= 2) {
+    if (k >= 2 && k <= 4 && (sizeof(T) == 1 || !tall || k == 4)) {
       switch (k) {
         case 2:
           return LaunchThinGroups<T, 2>(args, stream);
         case 3:
           return LaunchThinGroups<T, 3>(args, stream);
-        case 4:
+        default:
           return LaunchThinGroups<T, 4>(args, stream);
       }
     }
-  }
-  if constexpr (sizeof(T) == 2) {
-    if (!tall && output_on_units && k == 2)
-      return LaunchThinGroups<T, 2>(args, stream);
   }
   const uint32_t row_bytes = k * sizeof(uint4);
   uint32_t row_units =
@@ -1596,27 +1641,15 @@ cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
   if (row_units % 2 == 0) --row_units;
   const uint32_t span = (row_units - 1) * E;
   const size_t shared = size_t{k} * row_units * sizeof(uint4);
-  const auto head = [](const void* p) {
-    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) %
-                                 sizeof(uint4) / sizeof(T));
-  };
-  // Past 2^31 - 1 spans (N above 46 x 2^31) no device holds the matrix.
-  const uint64_t spans = CeilDiv(n, span);
-  if (spans > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
   const auto kernel = tall ? ThinTranspose<T, kThreads, true>
                            : ThinTranspose<T, kThreads, false>;
-  for (uint64_t b0 = 0; b0 < args.batch; b0 += kMaxGridY) {
-    const dim3 grid(
-        static_cast<unsigned>(spans),
-        static_cast<unsigned>(std::min(kMaxGridY, args.batch - b0)));
-    kernel<<<grid, kThreads, shared, stream>>>(
-        static_cast<const T*>(args.input), static_cast<T*>(args.output), k, n,
-        span, row_units, b0, head(args.input), head(args.output), Divider(k),
-        Divider(row_units));
-    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
-      return error;
-  }
-  return cudaSuccess;
+  return ForEachGrid(
+      CeilDiv(n, span), args.batch, 1, [&](dim3 grid, uint64_t b0, uint64_t) {
+        kernel<<<grid, kThreads, shared, stream>>>(
+            static_cast<const T*>(args.input), static_cast<T*>(args.output), k,
+            n, span, row_units, b0, HeadElements<T>(args.input),
+            HeadElements<T>(args.output), Divider(k), Divider(row_units));
+      });
 }
 }  // namespace
 
