@@ -1126,9 +1126,9 @@ __device__ __forceinline__ void TransposeThinGroup(
 // 1 groups, so that the K x N loads take one round of 4 units per thread.
 // On the H200 (docs/BENCHMARKS.md, attempts 39 and 40), against
 // ThinTranspose: 1-byte N x 2, 3 and 4 read 88-94% of memcpy against 66-71%;
-// 2 x N, 3 x N and 4 x N 99%, 96% and 88% against 62%, 64% and 57%; 2-byte 2
+// 2 x N, 3 x N and 4 x N 100%, 96% and 88% against 62%, 64% and 57%; 2-byte 2
 // x N, 3 x N, 4 x N and N x 4 99%, 90%, 88% and 99% against 86%, 86%, 78% and
-// 94%. ThinTranspose stays faster for 2-byte N x 2 and N x 3 (97% and 94%
+// 95%. ThinTranspose stays faster for 2-byte N x 2 and N x 3 (97% and 94%
 // against 94% and 89%).
 template <typename T, int K, int NT, bool kTall, bool kOutputOnUnits = false>
 __global__ void __launch_bounds__(NT)
@@ -1210,9 +1210,10 @@ __global__ void __launch_bounds__(NT)
                    unit);
     }
   } else {
-    // Run j's unit q in this slot, as in global memory, after a unit that
-    // the reads of positions before the span may reach into (unwritten, like
-    // the two after the last: their elements are never stored).
+    // Run j's unit q in this slot, as in global memory, between a unit before
+    // that reads of positions before the span may reach into and one after
+    // that reads past its end may (both unwritten: their elements are never
+    // stored), and a spare.
     const auto run_slot = [&](uint32_t j, uint32_t q) {
       return j * (run_units + 3) + 1 + q;
     };
@@ -1237,11 +1238,12 @@ __global__ void __launch_bounds__(NT)
     }
     __syncthreads();
     // A thread per output unit, so that a warp's stores are contiguous: global
-    // unit first + o, whose elements x0 = o E - `head` on are those of the
-    // contiguous side's element x: position x / K of run x % K. Of each run it
-    // reads the P positions from x0 / K, from shared memory at a byte address
-    // known only at run time, interleaves them with byte permutes fixed at
-    // compile time, from run 0, and shifts the result by x0 % K elements.
+    // unit first + o, which holds the block's contiguous elements from x0 =
+    // o E - `head` (negative where the block starts inside a unit); element e
+    // is position floor(e / K) of run e mod K. Of each run it reads the P
+    // positions from floor(x0 / K), from shared memory at a byte address known
+    // only at run time, interleaves them with byte permutes fixed at compile
+    // time, from run 0, and shifts the result by j0 = x0 mod K elements.
     constexpr uint32_t kPerWord = 4 / S;
     constexpr uint32_t kMaxJ0 = kOutputOnUnits && E % K == 0 ? 0 : K - 1;
     constexpr uint32_t P = (kMaxJ0 + E - 1) / K + 1;
@@ -1544,7 +1546,7 @@ cudaError_t LaunchSkewed(const TransposeArgs& args, cudaStream_t stream) {
 }
 
 // Groups of whole matrices, as many as fit kSmallMatricesSharedBytes (or one
-// larger matrix), one per block, in grids of at most 2^31 - 1 blocks. Odd row
+// larger matrix), one per block, in one grid. Odd row
 // counts scatter the input, others gather the output (SmallMatricesTranspose
 // says why); with both even, gathering read faster for 2- and 8-byte 32 x 30
 // matrices (88% against 75%, 117% against 79%), 5 points slower for 1-byte ones
@@ -1589,7 +1591,8 @@ cudaError_t LaunchThinGroups(const TransposeArgs& args, cudaStream_t stream) {
   const bool tall = args.cols <= args.rows;
   const uint64_t n = tall ? args.rows : args.cols;
   // Where each matrix's contiguous output starts on a unit, so does each
-  // block's, and the kernel's K x N stores skip the shift (attempt 40).
+  // block's, and for K dividing E the kernel's K x N stores skip the shift
+  // (attempt 40); for K = 3 the variant only knows its head to be 0.
   const bool output_on_units =
       reinterpret_cast<uintptr_t>(args.output) % sizeof(uint4) == 0 &&
       (args.batch == 1 || n * K % E == 0);

@@ -339,13 +339,15 @@ INSTANTIATE_TEST_SUITE_P(
 // side too, neither of which need be aligned: every element offset within a
 // unit, on tall (N x k) and short (k x N) matrices, k from 1 to kThinMaxK,
 // spans that end inside a unit, several spans per matrix (100003 x 3, 40000 x
-// 2) and batches, past 65535 matrices too (more than one grid). 1- and 2-byte
-// matrices with k = 2 to 4 take ThinGroupsTranspose (2-byte N x 2 and N x 3
-// excepted), the others ThinTranspose. Its k x N path has a variant for
-// outputs that each start on a unit: one matrix (1 x 2 x 40001, 1 x 3 x 7) or
-// batches of matrices of a multiple of 16 bytes (3 x 4 x 4000, 3 x 3 x 4000, 5
-// x 2 x 24, 70001 x 2 x 8), each also run with every input offset; batches of
-// other sizes (3 x 2 x 9001, 3 x 3 x 5001, 3 x 4 x 2001, 70001 x 3 x 5) take
+// 2) and batches, past 65535 matrices too (more than one grid: 70001 matrices
+// of k = 2 to 5 both ways, on ThinGroupsTranspose and on ThinTranspose). 1-
+// and 2-byte matrices with k = 2 to 4 take ThinGroupsTranspose (2-byte N x 2
+// and N x 3 excepted), the others ThinTranspose. Its k x N path has a variant
+// for outputs that each start on a unit: one matrix with its output on a unit,
+// or batches of matrices of a multiple of 16 bytes (3 x 4 x 4000, 3 x 3 x
+// 4000, 5 x 2 x 24, 70001 x 2 x 8, 70001 x 4 x 8) so placed, each run with
+// every input offset; any other output offset, and batches of other sizes (3 x
+// 2 x 9001, 3 x 3 x 5001, 3 x 4 x 2001, 70001 x 3 x 5, 70001 x 4 x 5), take
 // the other.
 class GpuThinPlacementTest : public ::testing::TestWithParam<PlacedCase> {
  protected:
@@ -358,7 +360,8 @@ TEST_P(GpuThinPlacementTest, MatchesCpuReferenceAtAnyOffset) {
   const auto& [element_size, shape] = GetParam();
   ExpectMatchesAtEveryOffset(internal::Kernel::kThin, element_size, shape, 16);
   // Outputs on a unit: every input offset with them, as short matrices of
-  // k = 2 to 4 then take ThinGroupsTranspose's variant for them.
+  // k = 2 to 4 then take ThinGroupsTranspose's variant for them (batches of
+  // matrices of a multiple of 16 bytes; other batches take the general path).
   for (uint64_t in = 0; in < std::max<size_t>(1, 16 / element_size); ++in) {
     EXPECT_EQ(RunAndCompare(internal::Kernel::kThin, element_size, shape, {},
                             Placement{in, 0}),
@@ -381,7 +384,9 @@ INSTANTIATE_TEST_SUITE_P(
             Shape{2, 3, 17}, Shape{3, 4, 4000}, Shape{5, 2, 24},
             Shape{1, 2, 40001}, Shape{3, 3, 4000}, Shape{3, 5001, 3},
             Shape{2, 5, 3}, Shape{1, 3, 7}, Shape{70001, 2, 8},
-            Shape{3, 3, 5001}, Shape{3, 4, 2001}, Shape{70001, 3, 5})),
+            Shape{3, 3, 5001}, Shape{3, 4, 2001}, Shape{70001, 3, 5},
+            Shape{70001, 4, 5}, Shape{70001, 4, 8}, Shape{70001, 5, 4},
+            Shape{70001, 5, 3}, Shape{70001, 6, 5}, Shape{70001, 5, 6})),
     PlacedCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136
