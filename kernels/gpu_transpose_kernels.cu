@@ -1046,12 +1046,18 @@ __global__ void __launch_bounds__(NT)
   }
 }
 
+// The __byte_perm selector of the 4 bytes that start `shift` bytes (0 to 3)
+// into lo:hi.
+__device__ __forceinline__ uint32_t FunnelSelector(uint32_t shift) {
+  return 0x3210 + 0x1111 * shift;
+}
+
 // The 16 bytes that start `shift` bytes (0 to 15) into lo:hi. The whole words
 // are picked by a branch, uniform across a warp where the shift is, so that no
 // register is indexed by a runtime value; the rest is a byte permute.
 __device__ __forceinline__ uint4 FunnelUnit(const uint4& lo, const uint4& hi,
                                             uint32_t shift) {
-  const uint32_t selector = 0x3210 + 0x1111 * (shift & 3);
+  const uint32_t selector = FunnelSelector(shift & 3);
   const auto permute = [selector](uint32_t a, uint32_t b, uint32_t c,
                                   uint32_t d, uint32_t e) {
     return make_uint4(__byte_perm(a, b, selector), __byte_perm(b, c, selector),
@@ -1267,7 +1273,7 @@ __global__ void __launch_bounds__(NT)
       for (int j = 0; j < K; ++j) {
         const uint32_t at = lead_bytes[j] + p * S;
         const uint32_t* from = shared_words + at / 4;
-        const uint32_t selector = 0x3210 + 0x1111 * (at % 4);
+        const uint32_t selector = FunnelSelector(at % 4);
         uint32_t next = from[0];
 #pragma unroll
         for (int w = 0; w < kRowWords; ++w) {
@@ -1295,7 +1301,7 @@ __global__ void __launch_bounds__(NT)
         unit.bits = make_uint4(flat[0], flat[1], flat[2], flat[3]);
       } else {
         const uint32_t shift = j0 * S;
-        const uint32_t selector = 0x3210 + 0x1111 * (shift % 4);
+        const uint32_t selector = FunnelSelector(shift % 4);
         uint32_t shifted[4];
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
