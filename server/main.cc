@@ -137,7 +137,9 @@ ABSL_FLAG(double, stream_idle_seconds, 120,
           "the response, or has its result but never half-closed) ends with "
           "DEADLINE_EXCEEDED (or is cancelled, when a response it does not "
           "read is in the way) and gives back its admission; time its own job "
-          "takes does not count. 0: never; else at least 1.");
+          "takes does not count. A Transpose or GetServerInfo reply not "
+          "delivered whole within this long is cancelled, counted "
+          "DEADLINE_EXCEEDED. 0: never; else at least 1.");
 ABSL_FLAG(double, drain_seconds, 30,
           "On SIGTERM or SIGINT, how long running calls may take to finish.");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -1044,12 +1046,12 @@ int Run(const std::vector<char*>& positional) {
     transport_stopped.Notify();
   });
   const bool calls_done = service.calls().AwaitNoCalls(deadline);
-  if (!calls_done) {
+  if (const int cut_off = service.calls().CutOff(); cut_off > 0) {
     Log(LogLevel::kWarning,
         "drain: %d calls still running after %gs are cut off (UNAVAILABLE); "
         "--drain_seconds (and the pod's termination grace period) may be "
         "too short for them",
-        service.calls().running(), absl::ToDoubleSeconds(drain));
+        cut_off, absl::ToDoubleSeconds(drain));
   }
   // Once the calls are done, gRPC's shutdown waits only for each connection
   // to answer its GOAWAY, and idle clients answer late: a gRPC client polls

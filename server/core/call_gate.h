@@ -25,6 +25,7 @@ class CallGate {
   }
   void Leave() {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (DrainOverLocked()) ++left_after_drain_;
     if (--running_ == 0) no_calls_.notify_all();
   }
   // From now on TryEnter refuses; running calls go on until `drain_deadline`.
@@ -36,7 +37,15 @@ class CallGate {
   // Whether the drain's deadline has passed: a call ending now was cut off.
   bool DrainOver() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return closed_ && absl::Now() >= drain_deadline_;
+    return DrainOverLocked();
+  }
+  // The calls the drain cut off, once it is over: those that ran past its
+  // deadline, whether they have left since or not. gRPC's shutdown cancels
+  // the calls at the same deadline as a wait for them ends, so by the time
+  // the wait sees it has ended, they may have left already.
+  int CutOff() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return DrainOverLocked() ? left_after_drain_ + running_ : 0;
   }
   int running() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -57,11 +66,16 @@ class CallGate {
   }
 
  private:
+  bool DrainOverLocked() const {
+    return closed_ && absl::Now() >= drain_deadline_;
+  }
+
   mutable std::mutex mutex_;
   std::condition_variable no_calls_;
   int running_ = 0;
   bool closed_ = false;
   absl::Time drain_deadline_ = absl::InfiniteFuture();
+  int left_after_drain_ = 0;
 };
 
 }  // namespace transpose

@@ -58,6 +58,36 @@ TEST(CallGateTest, TheDrainIsOverAtItsDeadline) {
   EXPECT_TRUE(ended.DrainOver());
 }
 
+// What the drain's log line counts: calls still running at its deadline, and
+// those that left after it (cut off by gRPC's shutdown before the wait for
+// them noticed), but not those that finished in time.
+TEST(CallGateTest, CountsTheCallsTheDrainCutOff) {
+  CallGate gate;
+  ASSERT_TRUE(gate.TryEnter());
+  ASSERT_TRUE(gate.TryEnter());
+  ASSERT_TRUE(gate.TryEnter());
+  gate.Leave();  // Before the drain: not cut off.
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(50);
+  gate.Close(deadline);
+  EXPECT_EQ(gate.CutOff(), 0);  // The drain is not over yet.
+  absl::SleepFor(deadline - absl::Now() + absl::Milliseconds(10));
+  EXPECT_EQ(gate.CutOff(), 2);
+  gate.Leave();  // After the deadline: cut off, gone.
+  EXPECT_TRUE(gate.DrainOver());
+  EXPECT_EQ(gate.CutOff(), 2);
+  gate.Leave();
+  EXPECT_TRUE(gate.AwaitNoCalls(deadline));
+  EXPECT_EQ(gate.CutOff(), 2);
+
+  CallGate in_time;
+  ASSERT_TRUE(in_time.TryEnter());
+  in_time.Close(absl::Now() + absl::Milliseconds(50));
+  in_time.Leave();
+  EXPECT_TRUE(in_time.AwaitNoCalls(absl::Now() + absl::Seconds(30)));
+  absl::SleepFor(absl::Milliseconds(60));
+  EXPECT_EQ(in_time.CutOff(), 0);
+}
+
 TEST(CallGateTest, AnIdleGateIsAtOnceEmptyEvenPastTheDeadline) {
   CallGate gate;
   EXPECT_TRUE(gate.AwaitNoCalls(absl::Now() - absl::Seconds(1)));
