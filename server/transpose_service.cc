@@ -97,6 +97,33 @@ void LogFailedCall(LogRateLimiter& failure_log, absl::string_view method,
                          "line; transpose_requests_total counts all)"));
 }
 
+// Why a call that gRPC ended is over, as the client saw it: the server's drain
+// ended before it did (gRPC cancels what is left then), its deadline passed, or
+// it was cancelled (by the client, or by gRPC, e.g. for a message over
+// --max_message_bytes). The server's deadline runs from when the header
+// arrived, so the client's own timer fires first and its cancellation can
+// arrive a little before the server's deadline: within kDeadlineSlack of it,
+// the deadline is taken to be the cause.
+// `when`, if not empty, says at what point of the call.
+absl::Status EndedByTransport(const grpc::CallbackServerContext& context,
+                              const CallGate& calls, absl::string_view when) {
+  constexpr auto kDeadlineSlack = std::chrono::milliseconds(100);
+  const absl::string_view space = when.empty() ? "" : " ";
+  if (calls.DrainOver()) {
+    // A server-side failure, counted as one: a drain too short for the calls
+    // it should let finish.
+    return absl::UnavailableError(absl::StrCat(
+        "the server's drain (--drain_seconds) ended before the call did", space,
+        when));
+  }
+  if (context.deadline() - kDeadlineSlack <= std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the call's deadline passed", space, when));
+  }
+  return absl::CancelledError(absl::StrCat(
+      "the call was cancelled, or its connection lost", space, when));
+}
+
 // One RPC's accounting: the in-flight gauge while it runs, then its count,
 // duration and, when it failed, a log line and the retry advice for the
 // client; and its place in the drain's count until it is destroyed.
@@ -134,7 +161,6 @@ class RpcScope {
     return absl::OkStatus();
   }
 
-  const CallGate& calls() const { return calls_; }
   // Whose share of the admission limits the call takes: its client's host.
   const std::string& caller() const { return caller_; }
 
@@ -162,6 +188,15 @@ class RpcScope {
       context_.AddTrailingMetadata(api::kRetryPushbackKey, "-1");
     }
     return api::ToGrpcStatus(status);
+  }
+
+  // How a call whose reply went to gRPC with `replied` ended for its client:
+  // an OK reply it never got (it cancelled, its deadline passed, its
+  // connection went, it did not read it) did not succeed. gRPC's cancelled
+  // mark is final only once it lets the reactor go (OnDone).
+  absl::Status DeliveredStatus(const absl::Status& replied) const {
+    if (!replied.ok() || !context_.IsCancelled()) return replied;
+    return EndedByTransport(context_, calls_, "before the reply was delivered");
   }
 
   // The call is over, with `status`: counts, times and logs it, and leaves
@@ -194,33 +229,6 @@ class RpcScope {
   const RequestId request_;
   const absl::Time start_;
 };
-
-// Why a call that gRPC ended is over, as the client saw it: the server's drain
-// ended before it did (gRPC cancels what is left then), its deadline passed, or
-// it was cancelled (by the client, or by gRPC, e.g. for a message over
-// --max_message_bytes). The server's deadline runs from when the header
-// arrived, so the client's own timer fires first and its cancellation can
-// arrive a little before the server's deadline: within kDeadlineSlack of it,
-// the deadline is taken to be the cause.
-// `when`, if not empty, says at what point of the call.
-absl::Status EndedByTransport(const grpc::CallbackServerContext& context,
-                              const CallGate& calls, absl::string_view when) {
-  constexpr auto kDeadlineSlack = std::chrono::milliseconds(100);
-  const absl::string_view space = when.empty() ? "" : " ";
-  if (calls.DrainOver()) {
-    // A server-side failure, counted as one: a drain too short for the calls
-    // it should let finish.
-    return absl::UnavailableError(absl::StrCat(
-        "the server's drain (--drain_seconds) ended before the call did", space,
-        when));
-  }
-  if (context.deadline() - kDeadlineSlack <= std::chrono::system_clock::now()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("the call's deadline passed", space, when));
-  }
-  return absl::CancelledError(absl::StrCat(
-      "the call was cancelled, or its connection lost", space, when));
-}
 
 void FillHeader(const TransposeSpec& spec, v1::TransposeResponse& response) {
   response.set_dtype(api::ToProto(spec.dtype));
@@ -288,27 +296,95 @@ TransposeService::TransposeService(Engine& engine, Metrics& metrics,
   }
 }
 
+// A unary call's end: its status, and the reply with it, handed to gRPC once
+// (End), and the call recorded only once gRPC lets the reactor go (OnDone), so
+// that an OK reply the client never got (it cancelled, its deadline passed,
+// its connection went, it did not read it) is not counted OK. The reactor
+// holds the call's scope, so the call is in flight, and in the drain's count,
+// until then. A reply the client does not read (its process stopped, a proxy
+// stalled, with the connection alive) would hold the call, and all its reply
+// refers to, for good: the stall watchdog cancels a reply not delivered within
+// the idle limit, and the call counts as DEADLINE_EXCEEDED. The reactor
+// deletes itself in OnDone.
+class TransposeService::UnaryReply : public grpc::ServerUnaryReactor,
+                                     private StallWatchdog::Watched {
+ protected:
+  UnaryReply(TransposeService& service, grpc::CallbackServerContext& context,
+             RpcMethod method)
+      : service_(service),
+        scope_(service.metrics_, service.calls_, service.failure_log_, method,
+               context),
+        context_(context) {}
+
+  RpcScope& scope() { return scope_; }
+
+  // Hands gRPC the call's status, and the reply with it when OK. Once, from
+  // any thread, the derived constructor's too; the caller touches nothing of
+  // the call afterwards (OnDone may already have deleted it).
+  void End(const absl::Status& status) {
+    status_ = status;
+    // A refusal's trailers fit any socket's buffers; a reply may not.
+    if (status.ok() && service_.stall_watchdog_ != nullptr) {
+      reply_ready_ = StallWatchdog::Clock::now();
+      watched_ = true;
+      service_.stall_watchdog_->Add(this);
+    }
+    Finish(scope_.Reply(status));
+  }
+
+ private:
+  void OnDone() final {
+    // No check runs after this, and the last one's marks are visible.
+    if (watched_) service_.stall_watchdog_->Remove(this);
+    // A reply cancelled after the watchdog found it stalled was cancelled by
+    // the watchdog.
+    if (status_.ok() && stalled_for_.has_value() && context_.IsCancelled()) {
+      scope_.Record(absl::DeadlineExceededError(absl::StrCat(
+          "the client did not read the reply for ",
+          absl::FormatDuration(*stalled_for_),
+          ", past the server's limit for an idle call (",
+          absl::FormatDuration(service_.options_.stream_idle_timeout), ")")));
+    } else {
+      scope_.Record(scope_.DeliveredStatus(status_));
+    }
+    delete this;
+  }
+
+  // Runs on the watchdog's thread until OnDone removes this call.
+  void CheckForStall(StallWatchdog::Clock::time_point now) final {
+    const absl::Duration waiting = absl::FromChrono(now - reply_ready_);
+    if (waiting < service_.options_.stream_idle_timeout ||
+        stalled_for_.has_value()) {
+      return;
+    }
+    stalled_for_ = waiting;
+    // OnDone follows on gRPC's threads, and waits for this check to return.
+    context_.TryCancel();
+  }
+
+  TransposeService& service_;
+  RpcScope scope_;
+  grpc::CallbackServerContext& context_;
+  absl::Status status_;
+  // Set before the reply goes out; read by the watchdog's checks after Add.
+  bool watched_ = false;
+  StallWatchdog::Clock::time_point reply_ready_;
+  // Written by a check, read in OnDone after Remove.
+  std::optional<absl::Duration> stalled_for_;
+};
+
 // Transpose: the request's data goes to the job as the transport's slices,
 // which the job keeps; the reply's data is the job's output, which the reply
 // keeps. So the job, its buffers and its admission last until gRPC has sent
-// the reply, and the call counts as in flight, and is recorded, only once the
-// reply is out (OnDone): a reply to a slow reader is still counted against
-// the budget, and one that never arrives is not counted OK. The reactor
-// deletes itself in OnDone. A reply the client does not read (its process
-// stopped, a proxy stalled, with the connection alive) would hold all of that
-// for good: the stall watchdog cancels a reply not delivered within the idle
-// limit, and the call counts as DEADLINE_EXCEEDED.
-class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor,
-                                          private StallWatchdog::Watched {
+// the reply (UnaryReply): a reply to a slow reader is still counted against
+// the budget.
+class TransposeService::UnaryCall final : public UnaryReply {
  public:
   UnaryCall(TransposeService& service, grpc::CallbackServerContext& context,
             const grpc::ByteBuffer& request, grpc::ByteBuffer& response)
-      : service_(service),
-        context_(context),
-        response_(response),
-        scope_(service.metrics_, service.calls_, service.failure_log_,
-               RpcMethod::kTranspose, context) {
-    if (absl::Status allowed = scope_.Admit(service.access_, context);
+      : UnaryReply(service, context, RpcMethod::kTranspose),
+        response_(response) {
+    if (absl::Status allowed = scope().Admit(service.access_, context);
         !allowed.ok()) {
       End(allowed);
       return;
@@ -317,7 +393,7 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor,
     std::shared_ptr<TransposeJob> job;
     {
       RequestAssembler assembler([&service, this](const TransposeSpec& spec) {
-        return service.engine_.CreateJob(spec, scope_.caller());
+        return service.engine_.CreateJob(spec, scope().caller());
       });
       status = AddMessage(request, service.options_.max_message_bytes,
                           assembler, /*whole_request=*/true);
@@ -343,61 +419,9 @@ class TransposeService::UnaryCall final : public grpc::ServerUnaryReactor,
     });
   }
 
-  void OnDone() override {
-    // No check runs after this, and the last one's marks are visible.
-    if (watched_) service_.stall_watchdog_->Remove(this);
-    // An OK reply the client never got (it cancelled, its deadline passed,
-    // its connection went, it did not read it) is not counted as OK.
-    if (!status_.ok() || !context_.IsCancelled()) {
-      scope_.Record(status_);
-    } else if (stalled_for_.has_value()) {
-      scope_.Record(absl::DeadlineExceededError(absl::StrCat(
-          "the client did not read the reply for ",
-          absl::FormatDuration(*stalled_for_),
-          ", past the server's limit for an idle call (",
-          absl::FormatDuration(service_.options_.stream_idle_timeout), ")")));
-    } else {
-      scope_.Record(EndedByTransport(context_, scope_.calls(),
-                                     "before the reply was delivered"));
-    }
-    delete this;
-  }
-
  private:
-  void End(const absl::Status& status) {
-    status_ = status;
-    // A refusal's trailers fit any socket's buffers; a reply may not.
-    if (status.ok() && service_.stall_watchdog_ != nullptr) {
-      reply_ready_ = StallWatchdog::Clock::now();
-      watched_ = true;
-      service_.stall_watchdog_->Add(this);
-    }
-    Finish(scope_.Reply(status));
-  }
-
-  // Runs on the watchdog's thread until OnDone removes this call.
-  void CheckForStall(StallWatchdog::Clock::time_point now) override {
-    const absl::Duration waiting = absl::FromChrono(now - reply_ready_);
-    if (waiting < service_.options_.stream_idle_timeout ||
-        stalled_for_.has_value()) {
-      return;
-    }
-    stalled_for_ = waiting;
-    // OnDone follows on gRPC's threads, and waits for this check to return.
-    context_.TryCancel();
-  }
-
-  TransposeService& service_;
-  grpc::CallbackServerContext& context_;
   grpc::ByteBuffer& response_;
-  RpcScope scope_;
   TransposeSpec spec_;
-  absl::Status status_;
-  // Set before the reply goes out; read by the watchdog's checks after Add.
-  bool watched_ = false;
-  StallWatchdog::Clock::time_point reply_ready_;
-  // Written by a check, read in OnDone after Remove.
-  std::optional<absl::Duration> stalled_for_;
 };
 
 grpc::ServerUnaryReactor* TransposeService::Transpose(
@@ -741,24 +765,17 @@ void TransposeService::LogHeldBackFailures() {
   }
 }
 
-// GetServerInfo: answered at once; the reactor holds the call's scope, so the
-// call leaves the drain's count only once gRPC lets the reactor go, its status
-// sent (as every method's does), then deletes itself.
-class TransposeService::InfoCall final : public grpc::ServerUnaryReactor {
+// GetServerInfo: answered at once, and recorded as a Transpose call is
+// (UnaryReply).
+class TransposeService::InfoCall final : public UnaryReply {
  public:
   InfoCall(TransposeService& service, grpc::CallbackServerContext& context,
            v1::ServerInfo& response)
-      : scope_(service.metrics_, service.calls_, service.failure_log_,
-               RpcMethod::kGetServerInfo, context) {
-    absl::Status status = scope_.Admit(service.access_, context);
+      : UnaryReply(service, context, RpcMethod::kGetServerInfo) {
+    absl::Status status = scope().Admit(service.access_, context);
     if (status.ok()) service.DescribeServer(response);
-    Finish(scope_.Finish(status));
+    End(status);
   }
-
-  void OnDone() override { delete this; }
-
- private:
-  RpcScope scope_;
 };
 
 grpc::ServerUnaryReactor* TransposeService::GetServerInfo(

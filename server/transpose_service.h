@@ -31,7 +31,8 @@ struct ServiceOptions {
   uint64_t response_chunk_bytes = uint64_t{1} << 20;
   // A TransposeStream call that moves no message either way for this long,
   // while no job of its runs, is ended with DEADLINE_EXCEEDED and gives back
-  // its admission. Zero: never.
+  // its admission; a unary reply not delivered whole within it is cancelled.
+  // Zero: never.
   absl::Duration stream_idle_timeout = absl::Minutes(2);
   std::string version;
 };
@@ -90,6 +91,7 @@ class TransposeService final : public TransposeServiceBase {
   void LogHeldBackFailures();
 
  private:
+  class UnaryReply;
   class UnaryCall;
   class StreamCall;
   class InfoCall;

@@ -2,7 +2,8 @@
 """The server against a client speaking HTTP/2 directly (python3-h2), doing what gRPC's own
 clients never do: it answers pings, so keepalive finds its connection alive, but grants no
 flow-control window, so a reply of more than 64 KiB never goes out. Such a reply would hold its
-job's buffers and admission for good; the server cancels it after --stream_idle_seconds.
+job's buffers and admission for good; the server cancels it after --stream_idle_seconds. And a
+client that grants no window at all, then cancels: the reply it never got is not counted OK.
 
 Usage: raw_http2_test.py --server PATH_TO_transpose_server
 """
@@ -17,7 +18,9 @@ import urllib.request
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
+import h2.settings
 
 ARGS = None
 
@@ -70,9 +73,12 @@ def transpose_request(rows, cols):
     return b"\x00" + struct.pack(">I", len(message)) + message
 
 
-class WithheldWindowTest(unittest.TestCase):
+class ServerTest(unittest.TestCase):
+    """Runs a server per test, started with FLAGS."""
+    FLAGS = ()
+
     def setUp(self):
-        self.server, self.port, self.metrics = start_server("--stream_idle_seconds=1")
+        self.server, self.port, self.metrics = start_server(*self.FLAGS)
         self.addCleanup(self.stop)
 
     def stop(self):
@@ -86,6 +92,45 @@ class WithheldWindowTest(unittest.TestCase):
             if time.monotonic() > deadline:
                 self.fail(f"{sample} is {metric(self.metrics, sample)}, not {value}")
             time.sleep(0.05)
+
+    def withheld_server_info(self):
+        """A GetServerInfo call on a connection that grants no stream any window: the server's reply
+        headers arrive, its message cannot. Returns the socket, the connection, the stream and the
+        events received, once the headers are in."""
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        self.addCleanup(sock.close)
+        connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        connection.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        connection.initiate_connection()
+        stream = connection.get_next_available_stream_id()
+        connection.send_headers(stream, [
+            (":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{self.port}"),
+            (":path", "/transpose.v1.TransposeService/GetServerInfo"),
+            ("content-type", "application/grpc"), ("te", "trailers")])
+        connection.send_data(stream, b"\x00" + struct.pack(">I", 0), end_stream=True)
+        sock.sendall(connection.data_to_send())
+        events = []
+        start = time.monotonic()
+        sock.settimeout(0.2)
+        while not any(isinstance(event, h2.events.ResponseReceived) for event in events) \
+                and time.monotonic() - start < 30:
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                break
+            events += connection.receive_data(data)
+            sock.sendall(connection.data_to_send())
+        self.assertTrue(any(isinstance(event, h2.events.ResponseReceived) for event in events),
+                        "the server sent no response headers")
+        self.assertFalse(any(isinstance(event, h2.events.DataReceived) for event in events))
+        return sock, connection, stream, events
+
+
+class WithheldWindowTest(ServerTest):
+    FLAGS = ("--stream_idle_seconds=1",)
 
     def test_an_unread_unary_reply_is_cancelled_and_gives_back_its_admission(self):
         sock = socket.create_connection(("127.0.0.1", self.port))
@@ -137,6 +182,53 @@ class WithheldWindowTest(unittest.TestCase):
         self.await_metric('transpose_requests_total{code="DEADLINE_EXCEEDED",method="Transpose"}',
                           1, timeout=10)
         self.assertGreaterEqual(time.monotonic() - start, 1)
+
+    def test_an_unread_server_info_reply_is_cancelled(self):
+        sock, connection, stream, events = self.withheld_server_info()
+        # The reply's message cannot go out; the server cancels the call after
+        # --stream_idle_seconds, ending the stream without it, and counts it as timed out.
+        start = time.monotonic()
+        while not any(isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))
+                      for event in events) and time.monotonic() - start < 30:
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                break
+            events += connection.receive_data(data)
+            sock.sendall(connection.data_to_send())
+        self.assertFalse(any(isinstance(event, h2.events.DataReceived) for event in events))
+        ended = next((event for event in events
+                      if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))), None)
+        trailers = next((dict(event.headers) for event in events
+                         if isinstance(event, h2.events.TrailersReceived)), {})
+        self.assertIsNotNone(ended, "the server did not end the call")
+        self.assertEqual(ended.stream_id, stream)
+        self.assertNotEqual(trailers.get(b"grpc-status", b"1"), b"0")
+        self.await_metric('transpose_requests_total{code="DEADLINE_EXCEEDED",'
+                          'method="GetServerInfo"}', 1, timeout=10)
+        self.assertEqual(
+            metric(self.metrics, 'transpose_requests_total{code="OK",method="GetServerInfo"}'), 0)
+        self.await_metric("transpose_inflight_requests", 0, timeout=10)
+
+
+class CancelledServerInfoTest(ServerTest):
+    """With the server's default idle limit, so that the client cancels first."""
+
+    def test_a_server_info_reply_never_delivered_is_not_counted_ok(self):
+        sock, connection, stream, events = self.withheld_server_info()
+        self.assertFalse(any(isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))
+                             for event in events))
+        # The server has answered; the call stays in flight while its reply is held back.
+        self.await_metric("transpose_inflight_requests", 1, timeout=10)
+        connection.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
+        sock.sendall(connection.data_to_send())
+        self.await_metric('transpose_requests_total{code="CANCELLED",method="GetServerInfo"}',
+                          1, timeout=10)
+        self.assertEqual(
+            metric(self.metrics, 'transpose_requests_total{code="OK",method="GetServerInfo"}'), 0)
+        self.await_metric("transpose_inflight_requests", 0, timeout=10)
 
 
 def main():
