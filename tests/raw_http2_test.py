@@ -73,6 +73,52 @@ def transpose_request(rows, cols):
     return b"\x00" + struct.pack(">I", len(message)) + message
 
 
+def first(events, kinds):
+    """The first of `events` of one of `kinds`, or None."""
+    return next((event for event in events if isinstance(event, kinds)), None)
+
+
+class InfoCallWithoutWindow:
+    """A GetServerInfo call on a connection that grants no stream any window: the server's reply
+    headers can arrive, its message cannot."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.settimeout(0.2)
+        self.connection = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True))
+        self.connection.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        self.connection.initiate_connection()
+        self.stream = self.connection.get_next_available_stream_id()
+        self.connection.send_headers(self.stream, [
+            (":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{port}"),
+            (":path", "/transpose.v1.TransposeService/GetServerInfo"),
+            ("content-type", "application/grpc"), ("te", "trailers")])
+        self.connection.send_data(self.stream, b"\x00" + struct.pack(">I", 0), end_stream=True)
+        self.sock.sendall(self.connection.data_to_send())
+        self.events = []
+
+    def receive_until(self, kinds, timeout=30):
+        """Reads until an event of one of `kinds` has arrived (that event), the connection
+        closes or `timeout` seconds pass (None)."""
+        start = time.monotonic()
+        while first(self.events, kinds) is None and time.monotonic() - start < timeout:
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                break
+            self.events += self.connection.receive_data(data)
+            self.sock.sendall(self.connection.data_to_send())
+        return first(self.events, kinds)
+
+    def cancel(self):
+        self.connection.reset_stream(self.stream, h2.errors.ErrorCodes.CANCEL)
+        self.sock.sendall(self.connection.data_to_send())
+
+
 class ServerTest(unittest.TestCase):
     """Runs a server per test, started with FLAGS."""
     FLAGS = ()
@@ -92,41 +138,6 @@ class ServerTest(unittest.TestCase):
             if time.monotonic() > deadline:
                 self.fail(f"{sample} is {metric(self.metrics, sample)}, not {value}")
             time.sleep(0.05)
-
-    def withheld_server_info(self):
-        """A GetServerInfo call on a connection that grants no stream any window: the server's reply
-        headers arrive, its message cannot. Returns the socket, the connection, the stream and the
-        events received, once the headers are in."""
-        sock = socket.create_connection(("127.0.0.1", self.port))
-        self.addCleanup(sock.close)
-        connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        connection.local_settings = h2.settings.Settings(
-            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
-        connection.initiate_connection()
-        stream = connection.get_next_available_stream_id()
-        connection.send_headers(stream, [
-            (":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{self.port}"),
-            (":path", "/transpose.v1.TransposeService/GetServerInfo"),
-            ("content-type", "application/grpc"), ("te", "trailers")])
-        connection.send_data(stream, b"\x00" + struct.pack(">I", 0), end_stream=True)
-        sock.sendall(connection.data_to_send())
-        events = []
-        start = time.monotonic()
-        sock.settimeout(0.2)
-        while not any(isinstance(event, h2.events.ResponseReceived) for event in events) \
-                and time.monotonic() - start < 30:
-            try:
-                data = sock.recv(65536)
-            except socket.timeout:
-                continue
-            if not data:
-                break
-            events += connection.receive_data(data)
-            sock.sendall(connection.data_to_send())
-        self.assertTrue(any(isinstance(event, h2.events.ResponseReceived) for event in events),
-                        "the server sent no response headers")
-        self.assertFalse(any(isinstance(event, h2.events.DataReceived) for event in events))
-        return sock, connection, stream, events
 
 
 class WithheldWindowTest(ServerTest):
@@ -184,28 +195,19 @@ class WithheldWindowTest(ServerTest):
         self.assertGreaterEqual(time.monotonic() - start, 1)
 
     def test_an_unread_server_info_reply_is_cancelled(self):
-        sock, connection, stream, events = self.withheld_server_info()
+        call = InfoCallWithoutWindow(self.port)
+        self.addCleanup(call.sock.close)
+        self.assertIsNotNone(call.receive_until(h2.events.ResponseReceived),
+                             "the server sent no response headers")
         # The reply's message cannot go out; the server cancels the call after
         # --stream_idle_seconds, ending the stream without it, and counts it as timed out.
-        start = time.monotonic()
-        while not any(isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))
-                      for event in events) and time.monotonic() - start < 30:
-            try:
-                data = sock.recv(65536)
-            except socket.timeout:
-                continue
-            if not data:
-                break
-            events += connection.receive_data(data)
-            sock.sendall(connection.data_to_send())
-        self.assertFalse(any(isinstance(event, h2.events.DataReceived) for event in events))
-        ended = next((event for event in events
-                      if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))), None)
-        trailers = next((dict(event.headers) for event in events
-                         if isinstance(event, h2.events.TrailersReceived)), {})
+        ended = call.receive_until((h2.events.StreamEnded, h2.events.StreamReset))
         self.assertIsNotNone(ended, "the server did not end the call")
-        self.assertEqual(ended.stream_id, stream)
-        self.assertNotEqual(trailers.get(b"grpc-status", b"1"), b"0")
+        self.assertEqual(ended.stream_id, call.stream)
+        self.assertIsNone(first(call.events, h2.events.DataReceived))
+        trailers = first(call.events, h2.events.TrailersReceived)
+        if trailers is not None:
+            self.assertNotEqual(dict(trailers.headers).get(b"grpc-status"), b"0")
         self.await_metric('transpose_requests_total{code="DEADLINE_EXCEEDED",'
                           'method="GetServerInfo"}', 1, timeout=10)
         self.assertEqual(
@@ -217,13 +219,15 @@ class CancelledServerInfoTest(ServerTest):
     """With the server's default idle limit, so that the client cancels first."""
 
     def test_a_server_info_reply_never_delivered_is_not_counted_ok(self):
-        sock, connection, stream, events = self.withheld_server_info()
-        self.assertFalse(any(isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset))
-                             for event in events))
+        call = InfoCallWithoutWindow(self.port)
+        self.addCleanup(call.sock.close)
+        self.assertIsNotNone(call.receive_until(h2.events.ResponseReceived),
+                             "the server sent no response headers")
+        self.assertIsNone(first(call.events, (h2.events.DataReceived, h2.events.StreamEnded,
+                                              h2.events.StreamReset)))
         # The server has answered; the call stays in flight while its reply is held back.
         self.await_metric("transpose_inflight_requests", 1, timeout=10)
-        connection.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
-        sock.sendall(connection.data_to_send())
+        call.cancel()
         self.await_metric('transpose_requests_total{code="CANCELLED",method="GetServerInfo"}',
                           1, timeout=10)
         self.assertEqual(
