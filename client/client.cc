@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <arpa/inet.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
@@ -246,6 +247,19 @@ bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
   }
 }
 
+namespace {
+
+// Whether `host` is an IP address: gRPC gives one without a port port 0
+// (never reached), a name 443.
+bool IsIpAddress(absl::string_view host) {
+  const std::string text(host);
+  in6_addr address;
+  return inet_pton(AF_INET, text.c_str(), &address) == 1 ||
+         inet_pton(AF_INET6, text.c_str(), &address) == 1;
+}
+
+}  // namespace
+
 absl::Status CheckTarget(absl::string_view target) {
   const auto invalid = [target](absl::string_view why) {
     return absl::InvalidArgumentError(
@@ -302,7 +316,7 @@ absl::Status CheckTarget(absl::string_view target) {
       port = after;
     } else {
       const size_t colon = address.rfind(':');
-      // A bare IPv6 address ("::1") takes gRPC's default port.
+      // A bare IPv6 address ("::1") names no port.
       has_port = colon != absl::string_view::npos && address.find(':') == colon;
       if (has_port) {
         host = address.substr(0, colon);
@@ -310,7 +324,18 @@ absl::Status CheckTarget(absl::string_view target) {
       }
     }
     if (host.empty()) return invalid(absl::StrCat(address, " names no host"));
-    if (!has_port) continue;  // gRPC's default port.
+    if (!has_port) {
+      // A name takes gRPC's default port, 443. gRPC would dial an address
+      // on port 0, and fail every call of an ipv4: or ipv6: list ("Failed to
+      // create secure client channel").
+      if (listed || IsIpAddress(host)) {
+        return invalid(
+            absl::StrCat(address,
+                         " names no port (the server listens on 50051 unless "
+                         "told otherwise)"));
+      }
+      continue;
+    }
     if (port.empty() ||
         !std::all_of(port.begin(), port.end(), absl::ascii_isdigit)) {
       return invalid(absl::StrCat("port '", port, "' is not a number"));

@@ -197,8 +197,8 @@ TEST(StatusTextTest, CodeAndMessageWithoutPayloads) {
 
 TEST(CheckTargetTest, TakesWhatGrpcResolves) {
   for (const char* target :
-       {"localhost:50051", "localhost", "10.0.0.1:1", "[::1]:50051", "[::1]",
-        "::1", "dns:///svc:50051", "dns:svc", "dns://8.8.8.8/svc:50051",
+       {"localhost:50051", "localhost", "10.0.0.1:1", "[::1]:50051",
+        "dns:///svc:50051", "dns:svc", "dns://8.8.8.8/svc:50051",
         "ipv4:10.0.0.1:50051,10.0.0.2:50051", "ipv6:[::1]:1,[::2]:2",
         "unix:/run/transpose.sock", "unix-abstract:transpose", "vsock:3:50051",
         "xds:///transpose", "passthrough:///anything:at:all"}) {
@@ -219,6 +219,12 @@ TEST(CheckTargetTest, RefusesTargetsGrpcCannotUse) {
       {":50051", ":50051 names no host"},
       {"[]:50051", "names no host"},
       {"localhost:", "port '' is not a number"},
+      {"127.0.0.1", "127.0.0.1 names no port"},
+      {"[::1]", "[::1] names no port"},
+      {"::1", "::1 names no port"},
+      {"dns:///10.0.0.1", "10.0.0.1 names no port"},
+      {"ipv4:10.0.0.1:1,10.0.0.2", "10.0.0.2 names no port"},
+      {"ipv6:[::1]", "[::1] names no port"},
       {"localhost:abc", "port 'abc' is not a number"},
       {"[::1]:x", "port 'x' is not a number"},
       {"[::1", "has no closing ]"},
