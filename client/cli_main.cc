@@ -787,13 +787,27 @@ std::string StreamIdleTimeoutText(const v1::Limits& limits) {
                          limits.stream_idle_seconds());
 }
 
+// In the largest binary unit that leaves at least 1 of it, so that neither
+// 1000 bytes reads "0.0 MiB" nor 6 GiB "6144.0 MiB".
+std::string BytesText(uint64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
+  double value = bytes / 1024.0;
+  for (const char* unit : {"KiB", "MiB", "GiB", "TiB"}) {
+    if (value < 1024 || absl::string_view(unit) == "TiB") {
+      return absl::StrFormat("%.1f %s", value, unit);
+    }
+    value /= 1024;
+  }
+  return "";  // Not reached: TiB takes any value.
+}
+
 std::string AdmissionText(uint64_t bytes, uint32_t requests) {
-  return absl::StrCat(
-      bytes == 0 ? "no limit on bytes"
-                 : absl::StrFormat("%.1f MiB of matrices", bytes / 1048576.0),
-      " and ",
-      requests == 0 ? "no limit on requests"
-                    : absl::StrCat(requests, " requests"));
+  return absl::StrCat(bytes == 0
+                          ? "no limit on bytes"
+                          : absl::StrCat(BytesText(bytes), " of matrices"),
+                      " and ",
+                      requests == 0 ? "no limit on requests"
+                                    : absl::StrCat(requests, " requests"));
 }
 
 std::string PerPeerAdmissionText(const v1::Limits& limits) {
@@ -834,13 +848,11 @@ int RunInfo() {
         absl::StrJoin(algorithms, ", ").c_str());
   }
   const v1::Limits& limits = info->limits();
-  std::printf(
-      "limits: unary message %.1f MiB, matrix %.1f MiB, response "
-      "chunk %.1f MiB, %s\n",
-      limits.max_message_bytes() / 1048576.0,
-      limits.max_matrix_bytes() / 1048576.0,
-      limits.response_chunk_bytes() / 1048576.0,
-      StreamIdleTimeoutText(limits).c_str());
+  std::printf("limits: unary message %s, matrix %s, response chunk %s, %s\n",
+              BytesText(limits.max_message_bytes()).c_str(),
+              BytesText(limits.max_matrix_bytes()).c_str(),
+              BytesText(limits.response_chunk_bytes()).c_str(),
+              StreamIdleTimeoutText(limits).c_str());
   // Past these, requests are refused busy (RESOURCE_EXHAUSTED) until others
   // finish.
   std::printf(

@@ -67,7 +67,8 @@ class CliReadmeTest(unittest.TestCase):
         # The README's run command, on free loopback ports.
         cls.server = subprocess.Popen(
             [os.path.join(ARGS.repo, "scripts/run_server.sh"), "--address=127.0.0.1:0",
-             "--metrics_address=127.0.0.1:0", "--max_message_bytes=1048576"],
+             "--metrics_address=127.0.0.1:0", "--max_message_bytes=1048576",
+             "--response_chunk_bytes=65536"],
             stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         cls.target = None
         deadline = time.time() + 1200
@@ -223,7 +224,9 @@ class CliReadmeTest(unittest.TestCase):
     def test_info_health_and_bench(self):
         info = self.cli("info").stdout
         self.assertIn("backend ", info)
+        # Each limit in the largest unit that leaves at least 1 of it.
         self.assertIn("unary message 1.0 MiB", info)
+        self.assertIn("response chunk 64.0 KiB", info)
         self.assertRegex(info, r"streams, \d+\.\d GiB memory, copy bandwidth")
         self.assertEqual(self.cli("health").stdout.strip(), "SERVING")
         self.assertEqual(self.cli("health", "--service=transpose.v1.TransposeService").stdout

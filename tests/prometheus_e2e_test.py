@@ -297,9 +297,9 @@ class ObservabilityTest(unittest.TestCase):
 
     def test_info_shows_the_limits(self):
         info = self.cli("info").stdout
-        self.assertIn(f"admission: {self.LIMIT_BYTES / 1048576:.1f} MiB of matrices and "
+        self.assertIn(f"admission: {self.LIMIT_BYTES / 2**30:.1f} GiB of matrices and "
                       f"{self.LIMIT_REQUESTS} requests at once; each client host: "
-                      f"{self.LIMIT_BYTES_PER_PEER / 1048576:.1f} MiB of matrices and "
+                      f"{self.LIMIT_BYTES_PER_PEER / 2**30:.1f} GiB of matrices and "
                       f"{self.LIMIT_REQUESTS_PER_PEER} requests\n", info)
         self.assertRegex(info, r"\nlimits: .*, stream idle timeout 75 s\n")
 
