@@ -134,8 +134,30 @@ constexpr int kUsageError = 2;
 constexpr int kHealthUnknown = 3;
 constexpr int kHealthNoAnswerInTime = 4;
 
+// gRPC names a TLS mismatch only by its symptom: a TLS server closes a
+// plaintext client's connection ("Socket closed", which other failures give
+// too), and a TLS client's handshake with a plaintext server fails ("wrong
+// version number").
+std::string TlsMismatchHint(const absl::Status& status) {
+  if (!absl::IsUnavailable(status)) return "";
+  const bool tls = absl::GetFlag(FLAGS_tls) ||
+                   !absl::GetFlag(FLAGS_tls_ca).empty() ||
+                   !absl::GetFlag(FLAGS_tls_cert).empty();
+  if (tls && absl::StrContains(status.message(), "wrong version number")) {
+    return "; the server does not speak TLS: leave out --tls, --tls_ca and "
+           "--tls_cert";
+  }
+  if (!tls && absl::StrContains(status.message(), "Socket closed")) {
+    return "; if the server serves TLS, give --tls_ca (its CA) or --tls (the "
+           "system's roots)";
+  }
+  return "";
+}
+
+// On one line, which scripts may take as the whole error.
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "error: %s\n", StatusText(status).c_str());
+  std::fprintf(stderr, "error: %s%s\n", StatusText(status).c_str(),
+               TlsMismatchHint(status).c_str());
   return 1;
 }
 

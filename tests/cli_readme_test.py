@@ -430,6 +430,31 @@ class CliReadmeTest(unittest.TestCase):
                             "--tls_key=" + self.path("client.key"), "health", check=False)
         self.assertNotIn("plaintext", over_tls.stderr)
         self.assertIn("UNAVAILABLE", over_tls.stderr)  # TLS against this plaintext server.
+        self.assertIn("the server does not speak TLS: leave out --tls", over_tls.stderr)
+
+    def test_a_plaintext_call_to_a_tls_server_says_to_use_tls(self):
+        # gRPC says only that the socket closed.
+        self.make_certificate("server")
+        server = subprocess.Popen(
+            [os.path.join(ARGS.build_dir, "server", "transpose_server"), "--backend=cpu",
+             "--address=127.0.0.1:0", "--metrics_address=127.0.0.1:0", "--log_level=error",
+             f"--tls_cert={self.path('server.crt')}", f"--tls_key={self.path('server.key')}"],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            listening = server.stdout.readline()
+            self.assertTrue(listening.startswith("listening on "), listening)
+            target = "127.0.0.1:" + listening.strip().rsplit(":", 1)[1]
+            for command, code in (("info", 1), ("health", 3)):
+                result = self.cli("--deadline=5s", command, check=False, server=target)
+                self.assertEqual(result.returncode, code, result.stderr)
+                lines = result.stderr.splitlines()
+                self.assertEqual(len(lines), 1, result.stderr)
+                self.assertRegex(lines[0], r"^error: UNAVAILABLE: .*Socket closed.*; if the "
+                                 r"server serves TLS, give --tls_ca \(its CA\) or --tls")
+        finally:
+            server.kill()
+            server.wait(timeout=30)
+            server.stdout.close()
 
     def make_certificate(self, name):
         """A self-signed certificate NAME.crt with its key NAME.key, in the test's folder."""
