@@ -42,10 +42,15 @@ absl::StatusOr<std::string> FetchUrl(const std::string& url) {
   curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &body);
   curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT, 10L);
   curl_easy_setopt(curl.get(), CURLOPT_FAILONERROR, 1L);
+  // Says more than curl_easy_strerror: an HTTP error's status code, say,
+  // where that gives only "HTTP response code said error".
+  char error[CURL_ERROR_SIZE] = "";
+  curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, error);
   const CURLcode code = curl_easy_perform(curl.get());
   if (code != CURLE_OK) {
     return absl::UnavailableError(
-        absl::StrCat("fetching ", url, ": ", curl_easy_strerror(code)));
+        absl::StrCat("fetching ", url, ": ",
+                     error[0] != '\0' ? error : curl_easy_strerror(code)));
   }
   return body;
 }

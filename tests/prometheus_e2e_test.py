@@ -340,6 +340,12 @@ class ObservabilityTest(unittest.TestCase):
         self.assertRegex(out, r'transpose_requests_total\{code="OK",method="Transpose"\} \+7\b')
         # 7 int16 64x64 matrices: 7 * 64 * 64 * 2 bytes, read and written.
         self.assertRegex(out, r'transpose_kernel_bytes_total\{backend="cpu"\} \+114688\b')
+        # A wrong path: the HTTP status says what is wrong.
+        wrong = self.cli("bench", "--count=1", "--shape=8x8",
+                         f"--metrics_url=http://{self.metrics}/nope", check=False)
+        self.assertEqual(wrong.returncode, 1, wrong.stderr)
+        self.assertIn(f"fetching http://{self.metrics}/nope: ", wrong.stderr)
+        self.assertIn("404", wrong.stderr)
 
 
 if __name__ == "__main__":
