@@ -1046,7 +1046,12 @@ int Run(const std::vector<char*>& positional) {
     transport_stopped.Notify();
   });
   const bool calls_done = service.calls().AwaitNoCalls(deadline);
-  if (const int cut_off = service.calls().CutOff(); cut_off > 0) {
+  // The wait's clock is monotonic, the deadline's the system's: a wait that
+  // ran out may find the deadline not quite passed.
+  const int cut_off = calls_done ? service.calls().CutOff()
+                                 : std::max(service.calls().CutOff(),
+                                            service.calls().running());
+  if (cut_off > 0) {
     Log(LogLevel::kWarning,
         "drain: %d calls still running after %gs are cut off (UNAVAILABLE); "
         "--drain_seconds (and the pod's termination grace period) may be "

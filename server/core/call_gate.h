@@ -42,7 +42,8 @@ class CallGate {
   // The calls the drain cut off, once it is over: those that ran past its
   // deadline, whether they have left since or not. gRPC's shutdown cancels
   // the calls at the same deadline as a wait for them ends, so by the time
-  // the wait sees it has ended, they may have left already.
+  // the wait sees it has ended, they may have left already. A call that
+  // finished just before the deadline but left just after counts too.
   int CutOff() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return DrainOverLocked() ? left_after_drain_ + running_ : 0;
