@@ -49,7 +49,8 @@
 ABSL_FLAG(std::string, server, "localhost:50051",
           "Server: any gRPC target, e.g. host:port, dns:///svc:50051, "
           "ipv4:10.0.0.1:50051,10.0.0.2:50051 (not an http:// or https:// "
-          "URL).");
+          "URL, nor an IP address without a port; a name without one gets "
+          "gRPC's default, 443).");
 ABSL_FLAG(std::optional<absl::Duration>, deadline, std::nullopt,
           "Deadline of each call (default: 10m for transposes and bench, 5s "
           "for info and health).");
@@ -134,20 +135,30 @@ constexpr int kUsageError = 2;
 constexpr int kHealthUnknown = 3;
 constexpr int kHealthNoAnswerInTime = 4;
 
+// Whether the flags ask for TLS (as UsesTls says of the options they make).
+bool TlsFlagsGiven() {
+  return absl::GetFlag(FLAGS_tls) || !absl::GetFlag(FLAGS_tls_ca).empty() ||
+         !absl::GetFlag(FLAGS_tls_cert).empty() ||
+         !absl::GetFlag(FLAGS_tls_key).empty();
+}
+
 // gRPC names a TLS mismatch only by its symptom: a TLS server closes a
 // plaintext client's connection ("Socket closed", which other failures give
 // too), and a TLS client's handshake with a plaintext server fails ("wrong
 // version number").
+// OpenSSL says "wrong version number", BoringSSL "WRONG_VERSION_NUMBER"; a
+// TLS server may also reset the connection.
 std::string TlsMismatchHint(const absl::Status& status) {
   if (!absl::IsUnavailable(status)) return "";
-  const bool tls = absl::GetFlag(FLAGS_tls) ||
-                   !absl::GetFlag(FLAGS_tls_ca).empty() ||
-                   !absl::GetFlag(FLAGS_tls_cert).empty();
-  if (tls && absl::StrContains(status.message(), "wrong version number")) {
-    return "; the server does not speak TLS: leave out --tls, --tls_ca and "
-           "--tls_cert";
+  const std::string message = absl::AsciiStrToLower(status.message());
+  const bool tls = TlsFlagsGiven();
+  if (tls && (absl::StrContains(message, "wrong version number") ||
+              absl::StrContains(message, "wrong_version_number"))) {
+    return "; the server does not speak TLS: leave out --tls, --tls_ca, "
+           "--tls_cert and --tls_key";
   }
-  if (!tls && absl::StrContains(status.message(), "Socket closed")) {
+  if (!tls && (absl::StrContains(message, "socket closed") ||
+               absl::StrContains(message, "connection reset by peer"))) {
     return "; if the server serves TLS, give --tls_ca (its CA) or --tls (the "
            "system's roots)";
   }
@@ -809,18 +820,19 @@ std::string StreamIdleTimeoutText(const v1::Limits& limits) {
                          limits.stream_idle_seconds());
 }
 
-// In the largest binary unit that leaves at least 1 of it, so that neither
-// 1000 bytes reads "0.0 MiB" nor 6 GiB "6144.0 MiB".
+// In the largest binary unit that leaves at least 1 of it, rounded, so that
+// neither 1000 bytes reads "0.0 MiB" nor 6 GiB "6144.0 MiB" (nor 2^30 - 1
+// bytes "1024.0 MiB").
 std::string BytesText(uint64_t bytes) {
-  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
+  if (bytes < 1024) return absl::StrCat(bytes, bytes == 1 ? " byte" : " bytes");
+  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
   double value = bytes / 1024.0;
-  for (const char* unit : {"KiB", "MiB", "GiB", "TiB"}) {
-    if (value < 1024 || absl::string_view(unit) == "TiB") {
-      return absl::StrFormat("%.1f %s", value, unit);
-    }
+  size_t unit = 0;
+  while (value >= 1023.95 && unit + 1 < std::size(kUnits)) {
     value /= 1024;
+    ++unit;
   }
-  return "";  // Not reached: TiB takes any value.
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
 }
 
 std::string AdmissionText(uint64_t bytes, uint32_t requests) {

@@ -146,6 +146,16 @@ bool ResetByTransportQuota(const absl::Status& status) {
                           "Received RST_STREAM with error code 11");
 }
 
+// Whether `host` is an IP address: gRPC dials an IP address without a port on
+// port 0, and resolves a name without one on 443. An IPv6 address may carry a
+// zone ("fe80::1%eth0"), which inet_pton does not take.
+bool IsIpAddress(absl::string_view host) {
+  const std::string text(host.substr(0, host.find('%')));
+  in6_addr address;
+  return inet_pton(AF_INET, text.c_str(), &address) == 1 ||
+         inet_pton(AF_INET6, text.c_str(), &address) == 1;
+}
+
 }  // namespace
 
 bool IsRetryable(const absl::Status& status) { return IsRetryLater(status); }
@@ -246,19 +256,6 @@ bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
       return false;
   }
 }
-
-namespace {
-
-// Whether `host` is an IP address: gRPC gives one without a port port 0
-// (never reached), a name 443.
-bool IsIpAddress(absl::string_view host) {
-  const std::string text(host);
-  in6_addr address;
-  return inet_pton(AF_INET, text.c_str(), &address) == 1 ||
-         inet_pton(AF_INET6, text.c_str(), &address) == 1;
-}
-
-}  // namespace
 
 absl::Status CheckTarget(absl::string_view target) {
   const auto invalid = [target](absl::string_view why) {

@@ -32,9 +32,11 @@ namespace transpose {
 // target, for an empty target, no address ("dns:///", "unix:"), an address with
 // no host
 // (":50051"), a port that is not a number ("localhost:abc", "localhost:") or
-// one past 65535, which gRPC would quietly take modulo 65536, and an http:// or
-// https:// URL, which gRPC would take for a resolver's name. Targets of other
-// resolvers ("xds:///svc") pass unchecked.
+// one past 65535, which gRPC would quietly take modulo 65536, an IP address
+// without a port ("10.0.0.1", "[::1]", an ipv4: or ipv6: entry), which gRPC
+// would dial on port 0, and an http:// or https:// URL, which gRPC would take
+// for a resolver's name. A name without a port takes gRPC's default, 443.
+// Targets of other resolvers ("xds:///svc") pass unchecked.
 absl::Status CheckTarget(absl::string_view target);
 
 // RESOURCE_EXHAUSTED, in the server's own words, for a `dtype` `shape` matrix

@@ -225,6 +225,8 @@ TEST(CheckTargetTest, RefusesTargetsGrpcCannotUse) {
       {"dns:///10.0.0.1", "10.0.0.1 names no port"},
       {"ipv4:10.0.0.1:1,10.0.0.2", "10.0.0.2 names no port"},
       {"ipv6:[::1]", "[::1] names no port"},
+      {"fe80::1%eth0", "fe80::1%eth0 names no port"},
+      {"[fe80::1%25eth0]", "[fe80::1%25eth0] names no port"},
       {"localhost:abc", "port 'abc' is not a number"},
       {"[::1]:x", "port 'x' is not a number"},
       {"[::1", "has no closing ]"},

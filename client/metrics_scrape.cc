@@ -33,6 +33,10 @@ bool IsCumulative(absl::string_view series) {
 }  // namespace
 
 absl::StatusOr<std::string> FetchUrl(const std::string& url) {
+  // Says more than curl_easy_strerror: an HTTP error's status code, say,
+  // where that gives only "HTTP response code said error". It must outlive
+  // the handle.
+  char error[CURL_ERROR_SIZE] = "";
   std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(),
                                               curl_easy_cleanup);
   if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
@@ -42,9 +46,6 @@ absl::StatusOr<std::string> FetchUrl(const std::string& url) {
   curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &body);
   curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT, 10L);
   curl_easy_setopt(curl.get(), CURLOPT_FAILONERROR, 1L);
-  // Says more than curl_easy_strerror: an HTTP error's status code, say,
-  // where that gives only "HTTP response code said error".
-  char error[CURL_ERROR_SIZE] = "";
   curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, error);
   const CURLcode code = curl_easy_perform(curl.get());
   if (code != CURLE_OK) {

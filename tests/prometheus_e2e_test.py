@@ -344,8 +344,8 @@ class ObservabilityTest(unittest.TestCase):
         wrong = self.cli("bench", "--count=1", "--shape=8x8",
                          f"--metrics_url=http://{self.metrics}/nope", check=False)
         self.assertEqual(wrong.returncode, 1, wrong.stderr)
-        self.assertIn(f"fetching http://{self.metrics}/nope: ", wrong.stderr)
-        self.assertIn("404", wrong.stderr)
+        self.assertIn(f"fetching http://{self.metrics}/nope: The requested URL returned error: "
+                      "404", wrong.stderr)
 
 
 if __name__ == "__main__":
