@@ -143,11 +143,10 @@ bool TlsFlagsGiven() {
 }
 
 // gRPC names a TLS mismatch only by its symptom: a TLS server closes a
-// plaintext client's connection ("Socket closed", which other failures give
-// too), and a TLS client's handshake with a plaintext server fails ("wrong
-// version number").
-// OpenSSL says "wrong version number", BoringSSL "WRONG_VERSION_NUMBER"; a
-// TLS server may also reset the connection.
+// plaintext client's connection ("Socket closed", or a reset; other failures
+// give those too, hence "if"), and a TLS client's handshake with a plaintext
+// server fails ("wrong version number" in OpenSSL's words,
+// "WRONG_VERSION_NUMBER" in BoringSSL's).
 std::string TlsMismatchHint(const absl::Status& status) {
   if (!absl::IsUnavailable(status)) return "";
   const std::string message = absl::AsciiStrToLower(status.message());
