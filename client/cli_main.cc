@@ -1013,6 +1013,9 @@ int main(int argc, char** argv) {
       "Common flags: --server TARGET --deadline D --token_file F --tls "
       "[--tls_ca F --tls_cert F --tls_key F]";
   usage.check_args = transpose::CheckArgs;
+  usage.report_refusal = [](const absl::Status& refusal) {
+    transpose::Usage(std::string(refusal.message()));
+  };
   const std::vector<char*> positional =
       transpose::ParseCommandLine(argc, argv, usage);
   // gRPC's own error lines repeat what the CLI's "error:" line says; gRPC's

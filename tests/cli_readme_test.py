@@ -391,6 +391,9 @@ class CliReadmeTest(unittest.TestCase):
             result = self.cli("--only_check_args", *args, check=False)
             self.assertEqual(result.returncode, 2, f"{args}: {result.stderr}")
             self.assertIn(message, result.stderr, args)
+            # As a run would say it.
+            self.assertTrue(result.stderr.startswith("usage error: "), result.stderr)
+            self.assertTrue(result.stderr.endswith("\n(see transpose --help)\n"), result.stderr)
         self.cli("--only_check_args", "info")
         self.cli("--only_check_args", "bench", "--shape=2x64x64", "--dtype=uint8", "--count=3")
         # Nothing is opened or written: the input need not exist yet.

@@ -42,7 +42,11 @@ std::vector<char*> ParseCommandLine(int argc, char** argv,
     if (only_check_args && usage.check_args != nullptr) {
       if (const absl::Status status = usage.check_args(positional);
           !status.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+        if (usage.report_refusal != nullptr) {
+          usage.report_refusal(status);
+        } else {
+          std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+        }
         std::exit(2);
       }
     }

@@ -22,8 +22,11 @@ struct ProgramUsage {
   std::string usage_message;
   // The program's own checks of its arguments (the positional ones, argv[0]
   // first, and the flags' values), which --only_check_args runs too: a refusal
-  // prints its message and exits 2, as at start-up.
+  // is reported by `report_refusal` and exits 2, as at start-up.
   std::function<absl::Status(const std::vector<char*>& positional)> check_args;
+  // Prints a refusal of check_args as the program does at start-up (unset:
+  // its message alone, on stderr).
+  std::function<void(const absl::Status& refusal)> report_refusal;
 };
 
 // Parses argv's flags and returns the remaining arguments, argv[0] first.
