@@ -192,10 +192,17 @@ class RpcScope {
 
   // How a call whose reply went to gRPC with `replied` ended for its client:
   // an OK reply it never got (it cancelled, its deadline passed, its
-  // connection went, it did not read it) did not succeed. gRPC's cancelled
-  // mark is final only once it lets the reactor go (OnDone).
-  absl::Status DeliveredStatus(const absl::Status& replied) const {
-    if (!replied.ok() || !context_.IsCancelled()) return replied;
+  // connection went, it did not read it) did not succeed; and in a cancelled
+  // call, a request that never arrived whole (`request_whole` false) was cut
+  // off, not malformed. gRPC's cancelled mark is final only once it lets the
+  // reactor go (OnDone).
+  absl::Status DeliveredStatus(const absl::Status& replied,
+                               bool request_whole) const {
+    if (!context_.IsCancelled()) return replied;
+    if (!request_whole) {
+      return EndedByTransport(context_, calls_, "during the upload");
+    }
+    if (!replied.ok()) return replied;
     return EndedByTransport(context_, calls_, "before the reply was delivered");
   }
 
@@ -332,6 +339,16 @@ class TransposeService::UnaryReply : public grpc::ServerUnaryReactor,
     Finish(scope_.Reply(status));
   }
 
+  // Ends a call whose request's message never arrived whole, which gRPC 1.51
+  // hands the handler as a ByteBuffer that is not Valid(): the call was cut
+  // off (by the client, its deadline, its connection), or the client
+  // half-closed short of the message. Only OnDone knows which.
+  void EndIncompleteRequest() {
+    request_whole_ = false;
+    End(absl::InvalidArgumentError(
+        "the request's message did not arrive whole"));
+  }
+
  private:
   void OnDone() final {
     // No check runs after this, and the last one's marks are visible.
@@ -345,7 +362,7 @@ class TransposeService::UnaryReply : public grpc::ServerUnaryReactor,
           ", past the server's limit for an idle call (",
           absl::FormatDuration(service_.options_.stream_idle_timeout), ")")));
     } else {
-      scope_.Record(scope_.DeliveredStatus(status_));
+      scope_.Record(scope_.DeliveredStatus(status_, request_whole_));
     }
     delete this;
   }
@@ -366,6 +383,7 @@ class TransposeService::UnaryReply : public grpc::ServerUnaryReactor,
   RpcScope scope_;
   grpc::CallbackServerContext& context_;
   absl::Status status_;
+  bool request_whole_ = true;  // False: EndIncompleteRequest.
   // Set before the reply goes out; read by the watchdog's checks after Add.
   bool watched_ = false;
   StallWatchdog::Clock::time_point reply_ready_;
@@ -387,6 +405,10 @@ class TransposeService::UnaryCall final : public UnaryReply {
     if (absl::Status allowed = scope().Admit(service.access_, context);
         !allowed.ok()) {
       End(allowed);
+      return;
+    }
+    if (!request.Valid()) {
+      EndIncompleteRequest();
       return;
     }
     absl::Status status;

@@ -3,7 +3,8 @@
 clients never do: it answers pings, so keepalive finds its connection alive, but grants no
 flow-control window, so a reply of more than 64 KiB never goes out. Such a reply would hold its
 job's buffers and admission for good; the server cancels it after --stream_idle_seconds. And a
-client that grants no window at all, then cancels: the reply it never got is not counted OK.
+client that grants no window at all, then cancels: the reply it never got is not counted OK. And
+unary requests cut off partway, which gRPC still hands the server: counted by why they ended.
 
 Usage: raw_http2_test.py --server PATH_TO_transpose_server
 """
@@ -78,26 +79,29 @@ def first(events, kinds):
     return next((event for event in events if isinstance(event, kinds)), None)
 
 
-class InfoCallWithoutWindow:
-    """A GetServerInfo call on a connection that grants no stream any window: the server's reply
-    headers can arrive, its message cannot."""
+class RawCall:
+    """One call on a connection of its own: `headers` sent for `method`, then its events read as
+    they come."""
 
-    def __init__(self, port):
+    def __init__(self, port, method, headers=(), window=None):
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.settimeout(0.2)
         self.connection = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True))
-        self.connection.local_settings = h2.settings.Settings(
-            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        if window is not None:
+            self.connection.local_settings = h2.settings.Settings(
+                client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
         self.connection.initiate_connection()
         self.stream = self.connection.get_next_available_stream_id()
         self.connection.send_headers(self.stream, [
             (":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{port}"),
-            (":path", "/transpose.v1.TransposeService/GetServerInfo"),
-            ("content-type", "application/grpc"), ("te", "trailers")])
-        self.connection.send_data(self.stream, b"\x00" + struct.pack(">I", 0), end_stream=True)
-        self.sock.sendall(self.connection.data_to_send())
+            (":path", f"/transpose.v1.TransposeService/{method}"),
+            ("content-type", "application/grpc"), ("te", "trailers"), *headers])
         self.events = []
+
+    def send(self, data, end_stream):
+        self.connection.send_data(self.stream, data, end_stream=end_stream)
+        self.sock.sendall(self.connection.data_to_send())
 
     def receive_until(self, kinds, timeout=30):
         """Reads until an event of one of `kinds` has arrived (that event), the connection
@@ -117,6 +121,25 @@ class InfoCallWithoutWindow:
     def cancel(self):
         self.connection.reset_stream(self.stream, h2.errors.ErrorCodes.CANCEL)
         self.sock.sendall(self.connection.data_to_send())
+
+
+class InfoCallWithoutWindow(RawCall):
+    """A GetServerInfo call on a connection that grants no stream any window: the server's reply
+    headers can arrive, its message cannot."""
+
+    def __init__(self, port):
+        super().__init__(port, "GetServerInfo", window=0)
+        self.send(b"\x00" + struct.pack(">I", 0), end_stream=True)
+
+
+class PartialTranspose(RawCall):
+    """A Transpose call that sends the first `sent` bytes of its request's message and no more,
+    with a grpc-timeout when `timeout` is given, ending the stream there when `end_stream`."""
+
+    def __init__(self, port, sent, timeout=None, end_stream=False):
+        super().__init__(port, "Transpose",
+                         [("grpc-timeout", timeout)] if timeout is not None else [])
+        self.send(transpose_request(256, 256)[:sent], end_stream=end_stream)
 
 
 class ServerTest(unittest.TestCase):
@@ -232,6 +255,43 @@ class CancelledServerInfoTest(ServerTest):
                           1, timeout=10)
         self.assertEqual(
             metric(self.metrics, 'transpose_requests_total{code="OK",method="GetServerInfo"}'), 0)
+        self.await_metric("transpose_inflight_requests", 0, timeout=10)
+
+
+class CutOffUnaryUploadTest(ServerTest):
+    """gRPC runs a unary handler even when its request's message never arrived whole."""
+
+    @staticmethod
+    def count(code):
+        return f'transpose_requests_total{{code="{code}",method="Transpose"}}'
+
+    def test_a_request_cut_off_is_counted_by_why_not_as_malformed(self):
+        # Cancelled by the client, 1000 bytes into a 256 KiB message.
+        cancelled = PartialTranspose(self.port, 1000)
+        self.addCleanup(cancelled.sock.close)
+        # The server has the first part, and waits for the rest.
+        self.assertIsNone(cancelled.receive_until(h2.events.StreamEnded, timeout=0.5))
+        cancelled.cancel()
+        self.await_metric(self.count("CANCELLED"), 1, timeout=10)
+        # Its deadline passed with the message still short: gRPC answers for the server.
+        timed_out = PartialTranspose(self.port, 1000, timeout="300m")
+        self.addCleanup(timed_out.sock.close)
+        self.assertIsNotNone(timed_out.receive_until(h2.events.StreamEnded))
+        self.await_metric(self.count("DEADLINE_EXCEEDED"), 1, timeout=10)
+        self.assertEqual(metric(self.metrics, self.count("INVALID_ARGUMENT")), 0)
+        # Not cut off: the client ended its stream short of the message, which is its mistake,
+        # and hears so.
+        short = PartialTranspose(self.port, 1000, end_stream=True)
+        self.addCleanup(short.sock.close)
+        self.assertIsNotNone(short.receive_until(h2.events.StreamEnded))
+        trailers = dict(first(short.events, (h2.events.ResponseReceived,
+                                             h2.events.TrailersReceived)).headers)
+        self.assertEqual(trailers.get(b"grpc-status"), b"3")
+        self.assertEqual(trailers.get(b"grpc-message"),
+                         b"the request's message did not arrive whole")
+        self.await_metric(self.count("INVALID_ARGUMENT"), 1, timeout=10)
+        self.assertEqual(metric(self.metrics, self.count("CANCELLED")), 1)
+        self.assertEqual(metric(self.metrics, self.count("DEADLINE_EXCEEDED")), 1)
         self.await_metric("transpose_inflight_requests", 0, timeout=10)
 
 
