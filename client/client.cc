@@ -113,11 +113,20 @@ constexpr char kNoConnectionPayload[] =
     "type.googleapis.com/transpose.NoConnection";
 
 // `status` with the mark MadeNoConnection reads where `unconnected`
-// (Client::UnconnectedNote's) says no connection was made.
+// (Client::UnconnectedNote's) is not empty.
 absl::Status MarkNoConnection(absl::Status status,
                               absl::string_view unconnected) {
   if (!unconnected.empty()) status.SetPayload(kNoConnectionPayload, {});
   return status;
+}
+
+// A call out of time, its message followed by `unconnected`
+// (Client::UnconnectedNote's), and marked when that is not empty.
+absl::Status OutOfTime(const absl::Status& status,
+                       absl::string_view unconnected) {
+  return MarkNoConnection(
+      absl::DeadlineExceededError(absl::StrCat(status.message(), unconnected)),
+      unconnected);
 }
 
 // gRPC says only "Deadline Exceeded"; this says it was the call's own (the
@@ -155,6 +164,30 @@ bool IsIpAddress(absl::string_view host) {
   return inet_pton(AF_INET, text.c_str(), &address) == 1 ||
          inet_pton(AF_INET6, text.c_str(), &address) == 1;
 }
+
+// Whether a call on `channel` may have reached the server, from the channel's
+// state as the call began (the watch's construction) and as it ended: ready
+// at either end, it carried the call. gRPC gives no surer sign for a unary
+// call (its peer stays unset until the server answers; a stream knows from
+// its headers going out). It errs one way only: a call whose connection the
+// server retired as it ran (a GOAWAY at the connection's age, or in a drain),
+// and whose channel is still reconnecting (gRPC backs off for up to 5 s) when
+// its deadline passes, is taken for one that never reached the server.
+class ReachWatch {
+ public:
+  explicit ReachWatch(grpc::Channel& channel)
+      : channel_(channel), ready_at_start_(Ready()) {}
+
+  bool MayHaveReached() const { return ready_at_start_ || Ready(); }
+
+ private:
+  bool Ready() const {
+    return channel_.GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
+  }
+
+  grpc::Channel& channel_;
+  const bool ready_at_start_;
+};
 
 }  // namespace
 
@@ -646,16 +679,16 @@ absl::StatusOr<TransposeStats> Client::TransposeInto(const MatrixView& input,
   return WithRequestId(stats.status(), named.request_id);
 }
 
-std::string Client::UnconnectedNote() const {
-  if (!options_.wait_for_ready) return "";
-  for (const Connection& connection : connections_) {
-    if (connection.channel->GetState(/*try_to_connect=*/false) ==
-        GRPC_CHANNEL_READY) {
-      return "";
-    }
-  }
-  return absl::StrCat("; no connection to ", options_.target,
-                      " was made (wait_for_ready)");
+std::string Client::UnconnectedNote(bool may_have_reached,
+                                    bool waited_for_ready) const {
+  if (may_have_reached) return "";
+  // Without wait_for_ready, a call fails at once on a connection that failed,
+  // so one out of time met an attempt still under way.
+  return absl::StrCat("; no connection to ", options_.target, " was made",
+                      waited_for_ready ? " (wait_for_ready)"
+                                       : ": still connecting (name lookup, "
+                                         "TCP, TLS or HTTP/2 handshake "
+                                         "unfinished)");
 }
 
 absl::StatusOr<TransposeStats> Client::TransposeAttempts(
@@ -698,7 +731,8 @@ absl::StatusOr<TransposeStats> Client::TransposeAttempts(
     if (call.cancelled()) return CancelledByCaller();
     if (own_deadline_passed(stats.status())) {
       return OwnDeadlinePassed(stats.status(), timeout, attempt,
-                               UnconnectedNote());
+                               UnconnectedNote(advice.may_have_reached_server,
+                                               options_.wait_for_ready));
     }
     if (!Retriable(stats.status(), advice)) return stats;
     if (in_place && advice.result_arrived) {
@@ -734,10 +768,12 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   PrepareContext(context, deadline, call.request_id);
   const CallCanceller::Scope cancel_scope(call.canceller, context);
   const ConnectionLease connection(*this);
+  const ReachWatch reach(*connection->channel);
   const grpc::Status status =
       connection->stub->Transpose(&context, request, &response);
   if (!status.ok()) {
     advice = ReadRetryAdvice(context);
+    advice.may_have_reached_server = reach.MayHaveReached();
     return api::FromGrpcStatus(status);
   }
   TRANSPOSE_RETURN_IF_ERROR(CheckResponseHeader(input, response));
@@ -782,7 +818,10 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
                        "/TransposeStream"),
           &queue);
   stream->StartCall(nullptr);
-  bool open = await();
+  // Done once the call's headers went out on a connection: a call out of
+  // time before that never reached the server.
+  const bool started = await();
+  bool open = started;
 
   TransferProgress progress;
   progress.total_bytes = input.data.size();
@@ -899,6 +938,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   if (!status.ok()) {
     advice = ReadRetryAdvice(context);
     advice.result_arrived = progress.received_bytes > 0;
+    advice.may_have_reached_server = started;
   }
   // First: why this side cancelled the call, if it did.
   TRANSPOSE_RETURN_IF_ERROR(out_of_memory);
@@ -924,15 +964,15 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(absl::Duration timeout) {
   const std::string request_id = api::NewRequestId();
   PrepareContext(context, DeadlineAfter(timeout), request_id);
   v1::ServerInfo info;
+  const Connection& connection = connections_.front();
+  const ReachWatch reach(*connection.channel);
   const absl::Status status =
-      api::FromGrpcStatus(connections_.front().stub->GetServerInfo(
+      api::FromGrpcStatus(connection.stub->GetServerInfo(
           &context, v1::GetServerInfoRequest(), &info));
   if (absl::IsDeadlineExceeded(status)) {
-    const std::string unconnected = UnconnectedNote();
     return WithRequestId(
-        MarkNoConnection(absl::DeadlineExceededError(
-                             absl::StrCat(status.message(), unconnected)),
-                         unconnected),
+        OutOfTime(status, UnconnectedNote(reach.MayHaveReached(),
+                                          options_.wait_for_ready)),
         request_id);
   }
   if (!status.ok()) return WithRequestId(status, request_id);
@@ -960,7 +1000,9 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
   PrepareContext(context, DeadlineAfter(timeout), "");
   // A probe answers for now: a server out of reach is UNAVAILABLE at once.
   context.set_wait_for_ready(false);
-  grpc::GenericStub stub(connections_.front().channel);
+  const Connection& connection = connections_.front();
+  const ReachWatch reach(*connection.channel);
+  grpc::GenericStub stub(connection.channel);
   Notification done;
   grpc::Status status;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
@@ -969,6 +1011,11 @@ absl::StatusOr<bool> Client::CheckHealth(const std::string& service,
                    done.Notify();
                  });
   done.WaitForNotification();
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return OutOfTime(api::FromGrpcStatus(status),
+                     UnconnectedNote(reach.MayHaveReached(),
+                                     /*waited_for_ready=*/false));
+  }
   TRANSPOSE_RETURN_IF_ERROR(api::FromGrpcStatus(status));
 
   // HealthCheckResponse{ServingStatus status = 1}; SERVING is 1.

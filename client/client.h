@@ -56,10 +56,15 @@ absl::Status CheckMatrixUnderLimit(const v1::Limits& limits, DataType dtype,
 // that does not resolve, or TLS roots that do not verify the server, give.
 bool IsRetryable(const absl::Status& status);
 
-// True for a call that, with ClientOptions::wait_for_ready, waited out its
-// deadline with no connection to the server made: its message ends "no
-// connection to TARGET was made (wait_for_ready)". A longer deadline helps
-// only if the server comes up meanwhile.
+// True for a call whose deadline passed with its connection to the server
+// never made: its message says "no connection to TARGET was made", then, with
+// ClientOptions::wait_for_ready, " (wait_for_ready)" (gRPC waited for one),
+// else ": still connecting (...)": a name lookup, or a TCP, TLS or HTTP/2
+// handshake, went unanswered, as from a host that drops packets, a process
+// that accepts and never speaks gRPC, or a proxy without a backend. A longer
+// deadline helps only if the server comes up meanwhile; without
+// wait_for_ready, gRPC gives a connection attempt 20 s, and the call then
+// fails UNAVAILABLE with gRPC's reason.
 bool MadeNoConnection(const absl::Status& status);
 
 // "CODE: message" for people: what absl::Status::ToString gives, without the
@@ -337,8 +342,9 @@ class Client {
 
   // What a failed attempt says about another: the server's trailing metadata
   // (gRFC A6: nothing, do not (a negative pushback), or wait at least so
-  // long), and whether part of the result had arrived (and been written into
-  // the output).
+  // long), whether part of the result had arrived (and been written into
+  // the output), and whether the attempt may have reached the server (false
+  // when its connection was never made: an attempt out of time says so).
   struct RetryAdvice {
     bool never = false;
     std::optional<absl::Duration> pushback;
@@ -346,6 +352,7 @@ class Client {
     // Whether each message carried no more data than every server takes, so
     // that a reset by the server's transport quota was another call's doing.
     bool messages_within_every_limit = false;
+    bool may_have_reached_server = true;
   };
   absl::StatusOr<TransposeStats> Unary(const MatrixView& input,
                                        absl::Span<uint8_t> output,
@@ -359,10 +366,12 @@ class Client {
                                         RetryAdvice& advice);
   static RetryAdvice ReadRetryAdvice(const grpc::ClientContext& context);
   static bool Retriable(const absl::Status& status, const RetryAdvice& advice);
-  // With wait_for_ready, a call that waited out its deadline for a
-  // connection that never came says so: "; no connection to TARGET was made
-  // (wait_for_ready)" while no connection is ready, else "".
-  std::string UnconnectedNote() const;
+  // What a call out of time adds to say that it never reached the server
+  // (MadeNoConnection's text) when it cannot have; else "".
+  // `waited_for_ready`: whether the call waited for a connection (gRPC's
+  // wait_for_ready) rather than failing at once without one.
+  std::string UnconnectedNote(bool may_have_reached,
+                              bool waited_for_ready) const;
   // What refuses a call before anything is allocated or sent: a cancelled
   // canceller, an inconsistent input, a bad request id, no time. The
   // matrix's size in bytes otherwise.

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -58,6 +59,72 @@ def silent_address(test):
     held.listen(16)
     test.addCleanup(held.close)
     return "127.0.0.1:%d" % held.getsockname()[1]
+
+
+class SlowUploadRelay:
+    """A TCP relay to `target` that passes what clients send at `rate` bytes a second, and the
+    answers as they come: the connection (a handshake of a few hundred bytes) is made at once, and
+    a matrix then takes its size / `rate` to go up, as over a slow link."""
+
+    def __init__(self, test, target, rate):
+        self.rate = rate
+        host, port = target.rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.sockets = []
+        self.closed = False
+        test.addCleanup(self.close)
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # Closed.
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()  # No server: the client learns so.
+                continue
+            with self.lock:
+                if self.closed:
+                    client.close()
+                    server.close()
+                    return
+                self.sockets += [client, server]
+            threading.Thread(target=self.pipe, args=(client, server, self.rate),
+                             daemon=True).start()
+            threading.Thread(target=self.pipe, args=(server, client, None), daemon=True).start()
+
+    @staticmethod
+    def pipe(source, sink, rate):
+        piece = 1024 if rate else 65536
+        try:
+            while data := source.recv(piece):
+                sink.sendall(data)
+                if rate:
+                    time.sleep(len(data) / rate)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # A side closed.
+
+    def close(self):
+        with self.lock:
+            self.closed = True
+            sockets, self.sockets = self.sockets, []
+        # A thread blocked in accept() wakes only at a shutdown, not a close.
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        for s in sockets:
+            s.close()
 
 
 class CliReadmeTest(unittest.TestCase):
@@ -287,6 +354,9 @@ class CliReadmeTest(unittest.TestCase):
             listener.bind(("127.0.0.1", 0))
             listener.listen(8)
             target = f"--server=127.0.0.1:{listener.getsockname()[1]}"
+            # Each says that it never got as far as a gRPC connection.
+            unconnected = (f"no connection to {target.split('=')[1]} was made: still connecting "
+                           "(name lookup, TCP, TLS or HTTP/2 handshake unfinished)")
             for command in ("health", "info", "bench"):
                 start = time.time()
                 result = subprocess.run([ARGS.cli, target, command]
@@ -295,17 +365,34 @@ class CliReadmeTest(unittest.TestCase):
                 self.assertEqual(result.returncode, 4 if command == "health" else 1,
                                  result.stderr)
                 self.assertIn("DEADLINE_EXCEEDED", result.stderr)
+                self.assertIn(unconnected, result.stderr)
                 self.assertLess(time.time() - start, 30, command)
-            # A transfer that runs out of time says which deadline, and that it can be longer.
+            # A transfer too, without the advice of a longer deadline, which is for a server
+            # reached (below).
             np.save(self.path("h.npy"), np.ones((3, 4), np.float32))
             result = subprocess.run([ARGS.cli, target, "--deadline=2s", "transpose",
                                      f"--in={self.path('h.npy')}", f"--out={self.path('h_t.npy')}"],
                                     capture_output=True, text=True, timeout=120)
             self.assertEqual(result.returncode, 1, result.stderr)
-            self.assertIn("DEADLINE_EXCEEDED", result.stderr)
             # The request id names the call in the server's log.
-            self.assertRegex(result.stderr, r"\(the call's timeout of 2s passed\) "
-                             r"\[request [0-9a-f]{16}\]; a longer --deadline")
+            self.assertRegex(result.stderr, r"DEADLINE_EXCEEDED: Deadline Exceeded \(the call's "
+                             r"timeout of 2s passed; " + re.escape(unconnected) +
+                             r"\) \[request [0-9a-f]{16}\]\n")
+            self.assertNotIn("a longer --deadline", result.stderr)
+
+    def test_a_transfer_out_of_time_on_a_slow_link_says_the_deadline_can_be_longer(self):
+        # 256 KiB at 64 KiB/s: connected at once, and 4 s to go up, past a 2 s deadline.
+        relay = SlowUploadRelay(self, self.target, 64 << 10)
+        np.save(self.path("slow.npy"), np.ones((256, 256), np.float32))
+        for mode in ([], ["--stream"]):
+            result = self.cli("--deadline=2s", "transpose", *mode, f"--in={self.path('slow.npy')}",
+                              f"--out={self.path('slow_t.npy')}", check=False,
+                              server=relay.address)
+            self.assertEqual(result.returncode, 1, result.stderr)
+            self.assertRegex(result.stderr, r"DEADLINE_EXCEEDED: Deadline Exceeded \(the call's "
+                             r"timeout of 2s passed\) \[request [0-9a-f]{16}\]; a longer "
+                             r"--deadline gives large matrices and slow links their time\n")
+            self.assertFalse(os.path.exists(self.path("slow_t.npy")))
 
     def test_a_deadline_that_is_not_positive_is_a_usage_error(self):
         for deadline in ("0s", "-1s"):

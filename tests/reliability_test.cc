@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -1133,6 +1134,103 @@ TEST_F(ReliabilityTest, AClientNoticesASilentServerByKeepalive) {
         << status << " silenced after " << sent;
     EXPECT_LT(took, absl::Seconds(30)) << status << " silenced after " << sent;
   }
+}
+
+// A call out of time says whether it ever reached the server. Through a relay
+// frozen before its first byte (as a process that never speaks HTTP/2 looks,
+// or an address whose TCP handshake goes unanswered), no connection attempt
+// finishes: the call says so, and a longer deadline is not the fix. Through
+// one frozen after a call has gone through, the server is reached and slow,
+// and the call says nothing of connecting. Every kind of call, with and
+// without gRPC's wait_for_ready (health checks never wait for a connection).
+TEST_F(ReliabilityTest, ACallOutOfTimeSaysWhetherItReachedTheServer) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  for (const bool reached : {false, true}) {
+    for (const bool wait_for_ready : {false, true}) {
+      FreezableRelay relay(server->port());
+      ClientOptions options;
+      options.target = relay.address();
+      options.wait_for_ready = wait_for_ready;
+      options.max_attempts = 1;
+      options.connections = 1;
+      auto client = *Client::Create(options);
+      if (reached) {
+        ASSERT_TRUE(client->GetServerInfo(absl::Seconds(30)).ok());
+      }
+      relay.Freeze();
+      const absl::Duration timeout = absl::Seconds(1);
+      CallOptions call;
+      call.timeout = timeout;
+      // Unary at the client's default limit, or streamed.
+      const std::vector<uint8_t> data(kMiB, 5);
+      const MatrixView matrix{DataType::kFloat32, {1, 256, 1024}, data};
+      CallOptions streamed = call;
+      streamed.force_stream = true;
+      const std::pair<const char*, absl::Status> calls[] = {
+          {"info", client->GetServerInfo(timeout).status()},
+          {"health", client->CheckHealth("", timeout).status()},
+          {"unary", client->Transpose(matrix, call).status()},
+          {"stream", client->Transpose(matrix, streamed).status()},
+      };
+      for (const auto& [kind, status] : calls) {
+        SCOPED_TRACE(absl::StrCat(kind, reached ? ", reached" : ", unreached",
+                                  wait_for_ready ? ", wait_for_ready" : ""));
+        EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+        EXPECT_EQ(MadeNoConnection(status), !reached) << status;
+        const std::string note =
+            absl::StrCat("no connection to ", relay.address(), " was made");
+        if (reached) {
+          EXPECT_THAT(status.message(), Not(HasSubstr(note)));
+        } else if (wait_for_ready && absl::string_view(kind) != "health") {
+          EXPECT_THAT(status.message(),
+                      HasSubstr(absl::StrCat(note, " (wait_for_ready)")));
+        } else {
+          EXPECT_THAT(status.message(),
+                      HasSubstr(absl::StrCat(note, ": still connecting")));
+        }
+      }
+    }
+  }
+
+  // A stream that reached the server on a connection the server then retired
+  // (a GOAWAY at its age), from a client whose channel was not ready as the
+  // call began nor as it ended (gRPC reconnects after a backoff, here through
+  // a frozen relay), is not marked either: its headers went out.
+  auto aging = Start({"--max_connection_age_seconds=1"});
+  ASSERT_NE(aging, nullptr);
+  FreezableRelay relay(aging->port());
+  ClientOptions options;
+  options.target = relay.address();
+  options.max_attempts = 1;
+  options.connections = 1;
+  auto client = *Client::Create(options);
+  const auto ready = [&] {
+    return client->channel()->GetState(/*try_to_connect=*/false) ==
+           GRPC_CHANNEL_READY;
+  };
+  std::optional<absl::Duration> retired_after;
+  CallOptions call;
+  call.timeout = absl::Seconds(12);
+  call.on_progress = [&](const TransferProgress& progress) {
+    if (progress.sent_bytes == 0 || retired_after.has_value()) return;
+    const absl::Time start = absl::Now();
+    while (ready() && absl::Now() - start < absl::Seconds(10)) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    retired_after = absl::Now() - start;
+    relay.Freeze();  // The rest of the upload waits out the deadline.
+  };
+  const std::vector<uint8_t> data(8 * kMiB, 5);
+  EXPECT_FALSE(ready());
+  const absl::Status status =
+      client->Transpose({DataType::kFloat32, {1, 2048, 1024}, data}, call)
+          .status();
+  EXPECT_LT(retired_after.value_or(absl::InfiniteDuration()),
+            absl::Seconds(10));
+  EXPECT_FALSE(ready());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_FALSE(MadeNoConnection(status)) << status;
 }
 
 // A client that keeps its idle connection alive with pings (grpc-go's
