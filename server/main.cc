@@ -189,11 +189,15 @@ ABSL_FLAG(std::string, log_level, "info",
 namespace transpose {
 namespace {
 
-// /metrics serves scrapes of a few milliseconds: a connection that has not
-// sent its whole request within 2 s is closed, and 8 threads answer while that
-// many such connections are open.
-constexpr int kMetricsThreads = 8;
-constexpr int kMetricsRequestTimeoutMs = 2000;
+// /metrics serves scrapes of a few milliseconds, each on a thread of its own
+// (CivetWeb's model): a connection that sends no request holds one for the
+// read timeout. So N such connections, kept open, delay a scrape by about
+// N / threads x timeout: with 8 threads and 2 s, 48 kept every scrape past
+// Prometheus's 10 s; with these, 128 delay it 2 s. Idle threads cost only
+// their stacks' address space, and a request takes one round trip, so a
+// second is plenty.
+constexpr int kMetricsThreads = 64;
+constexpr int kMetricsRequestTimeoutMs = 1000;
 
 absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
     const std::string& kind, Metrics& metrics) {
