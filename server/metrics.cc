@@ -1,6 +1,8 @@
 #include "server/metrics.h"
 
+#include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,12 +12,17 @@ namespace {
 
 using prometheus::Histogram;
 
-// 1, 2.5, 5 steps per decade from `low` up to and including `high`.
-Histogram::BucketBoundaries Decades(double low, double high) {
+// 1, 2.5 and 5 x 10^k, for 10^`low_exponent` <= x <= 10^`high_exponent`.
+// Each is the double nearest its decimal text, so that its `le` label reads
+// "1e-05", which a query can name, and not "9.999999999999999e-06" (where
+// repeated multiplication by 10 lands).
+Histogram::BucketBoundaries Decades(int low_exponent, int high_exponent) {
   Histogram::BucketBoundaries bounds;
-  for (double decade = low; decade <= high * 1.0001; decade *= 10) {
-    for (double step : {1.0, 2.5, 5.0}) {
-      if (decade * step <= high * 1.0001) bounds.push_back(decade * step);
+  for (int exponent = low_exponent; exponent <= high_exponent; ++exponent) {
+    for (const char* step : {"1", "2.5", "5"}) {
+      if (exponent == high_exponent && step != std::string_view("1")) break;
+      bounds.push_back(std::strtod(absl::StrCat(step, "e", exponent).c_str(),
+                                   /*endptr=*/nullptr));
     }
   }
   return bounds;
@@ -25,20 +32,18 @@ Histogram::BucketBoundaries Decades(double low, double high) {
 // minutes each way.
 const Histogram::BucketBoundaries& RequestBuckets() {
   static const auto* bounds = [] {
-    auto* bounds = new Histogram::BucketBoundaries(Decades(1e-4, 1000));
+    auto* bounds = new Histogram::BucketBoundaries(Decades(-4, 3));
     bounds->insert(bounds->end(), {1800, 3600});
     return bounds;
   }();
   return *bounds;
 }
 const Histogram::BucketBoundaries& KernelDurationBuckets() {
-  static const auto* bounds =
-      new Histogram::BucketBoundaries(Decades(1e-6, 10));
+  static const auto* bounds = new Histogram::BucketBoundaries(Decades(-6, 1));
   return *bounds;
 }
 const Histogram::BucketBoundaries& BandwidthBuckets() {
-  static const auto* bounds =
-      new Histogram::BucketBoundaries(Decades(1e7, 1e13));
+  static const auto* bounds = new Histogram::BucketBoundaries(Decades(7, 13));
   return *bounds;
 }
 // Past 1 too: a matrix that fits a cache the calibration's copy did not

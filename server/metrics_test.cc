@@ -1,6 +1,9 @@
 #include "server/metrics.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
 #include <limits>
 #include <string>
 
@@ -95,6 +98,35 @@ TEST_F(MetricsBucketTest, KernelFiguresOverTheirRealRange) {
         Kernel("transpose_kernel_peak_fraction", 1e-3, 1e12, fraction),
         fraction);
   }
+}
+
+// Every bucket bound is the double nearest its short decimal text, so that a
+// query's le="1e-05" names it.
+TEST(MetricsBucketBoundsTest, AreTheNumbersTheirLabelsSay) {
+  prometheus::Registry registry;
+  Metrics metrics(registry, "test");
+  metrics.RecordRequest(RpcMethod::kTranspose, absl::StatusCode::kOk, 1.0);
+  Metrics::BackendSeries* series =
+      metrics.AddBackend("cuda:0", {std::string("padded_64x8")});
+  TransposeStats stats;
+  stats.algorithm = "padded_64x8";
+  metrics.RecordKernel(*series, stats, 1 << 20);
+  int histograms = 0;
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.type != prometheus::MetricType::Histogram) continue;
+    ++histograms;
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      for (const auto& bucket : metric.histogram.bucket) {
+        if (std::isinf(bucket.upper_bound)) continue;
+        char text[32];
+        std::snprintf(text, sizeof(text), "%.3g", bucket.upper_bound);
+        EXPECT_EQ(std::strtod(text, nullptr), bucket.upper_bound)
+            << family.name << " bound " << text << " is "
+            << std::setprecision(17) << bucket.upper_bound;
+      }
+    }
+  }
+  EXPECT_EQ(histograms, 4);
 }
 
 }  // namespace
