@@ -169,10 +169,12 @@ bool IsIpAddress(absl::string_view host) {
 // state as the call began (the watch's construction) and as it ended: ready
 // at either end, it carried the call. gRPC gives no surer sign for a unary
 // call (its peer stays unset until the server answers; a stream knows from
-// its headers going out). It errs one way only: a call whose connection the
+// its headers going out). It can err both ways: a call whose connection the
 // server retired as it ran (a GOAWAY at the connection's age, or in a drain),
-// and whose channel is still reconnecting (gRPC backs off for up to 5 s) when
-// its deadline passes, is taken for one that never reached the server.
+// and whose channel is still reconnecting when its deadline passes, is taken
+// for one that never reached the server; one that began on a ready
+// connection just as it was lost, and then waited for another, for one that
+// did.
 class ReachWatch {
  public:
   explicit ReachWatch(grpc::Channel& channel)

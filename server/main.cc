@@ -192,10 +192,12 @@ namespace {
 // /metrics serves scrapes of a few milliseconds, each on a thread of its own
 // (CivetWeb's model): a connection that sends no request holds one for the
 // read timeout. So N such connections, kept open, delay a scrape by about
-// N / threads x timeout: with 8 threads and 2 s, 48 kept every scrape past
-// Prometheus's 10 s; with these, 128 delay it 2 s. Idle threads cost only
-// their stacks' address space, and a request takes one round trip, so a
-// second is plenty.
+// floor(N / threads) x timeout: with 8 threads and 2 s, 48 kept every scrape
+// past Prometheus's 10 s; with these, 48 cost nothing and 128 cost 2 s. Idle
+// threads cost only their stacks' address space. A request takes one round
+// trip, and the timeout also ends a reply write that makes no progress for
+// that long, which a ~20 KB reply, within a socket's send buffer, does not
+// meet: a second is plenty.
 constexpr int kMetricsThreads = 64;
 constexpr int kMetricsRequestTimeoutMs = 1000;
 

@@ -1,10 +1,10 @@
 #include "server/metrics.h"
 
-#include <cstdlib>
+#include <iterator>
 #include <memory>
-#include <string_view>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace transpose {
@@ -18,11 +18,15 @@ using prometheus::Histogram;
 // repeated multiplication by 10 lands).
 Histogram::BucketBoundaries Decades(int low_exponent, int high_exponent) {
   Histogram::BucketBoundaries bounds;
+  constexpr const char* kSteps[] = {"1", "2.5", "5"};
   for (int exponent = low_exponent; exponent <= high_exponent; ++exponent) {
-    for (const char* step : {"1", "2.5", "5"}) {
-      if (exponent == high_exponent && step != std::string_view("1")) break;
-      bounds.push_back(std::strtod(absl::StrCat(step, "e", exponent).c_str(),
-                                   /*endptr=*/nullptr));
+    // The top decade takes its 1 only.
+    const int steps = exponent == high_exponent ? 1 : std::size(kSteps);
+    for (int i = 0; i < steps; ++i) {
+      // SimpleAtod rounds correctly whatever the process's locale.
+      double bound = 0;
+      absl::SimpleAtod(absl::StrCat(kSteps[i], "e", exponent), &bound);
+      bounds.push_back(bound);
     }
   }
   return bounds;

@@ -781,7 +781,8 @@ TEST_F(SecurityTest, MetricsAnswerWhileConnectionsHangMidRequest) {
   ASSERT_TRUE(server->Metric("transpose_admitted_requests").has_value());
   // With CivetWeb's defaults (2 threads, 30 s to read a request), two
   // connections that hang mid-request kept every scrape out for as long as
-  // they stayed; with 8 threads and 2 s, these 48 kept them out for 12 s.
+  // they stayed; with 8 threads and 2 s, these 48 kept one out past the 10 s
+  // a fetch waits.
   std::vector<int> hanging;
   for (int i = 0; i < 48; ++i) {
     const int fd = HangingHttpRequest(server->metrics_port());
