@@ -168,8 +168,9 @@ bool IsIpAddress(absl::string_view host) {
 // Whether a call on `channel` may have reached the server, from the channel's
 // state as the call began (the watch's construction) and as it ended: ready
 // at either end, it carried the call. gRPC gives no surer sign for a unary
-// call (its peer stays unset until the server answers; a stream knows from
-// its headers going out). It can err both ways: a call whose connection the
+// call (its peer stays unset until the server answers; a stream whose headers
+// went out knows, but one queued for a stream slot sent none). It can err both
+// ways: a call whose connection the
 // server retired as it ran (a GOAWAY at the connection's age, or in a drain),
 // and whose channel is still reconnecting when its deadline passes, is taken
 // for one that never reached the server; one that began on a ready
@@ -819,9 +820,11 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
           absl::StrCat("/", v1::TransposeService::service_full_name(),
                        "/TransposeStream"),
           &queue);
+  // StartCall is done once the call's headers went out on a connection. Not
+  // done, the call may still have had one: one queued behind the server's
+  // limit on concurrent streams waits on a live connection.
+  const ReachWatch reach(*connection->channel);
   stream->StartCall(nullptr);
-  // Done once the call's headers went out on a connection: a call out of
-  // time before that never reached the server.
   const bool started = await();
   bool open = started;
 
@@ -940,7 +943,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   if (!status.ok()) {
     advice = ReadRetryAdvice(context);
     advice.result_arrived = progress.received_bytes > 0;
-    advice.may_have_reached_server = started;
+    advice.may_have_reached_server = started || reach.MayHaveReached();
   }
   // First: why this side cancelled the call, if it did.
   TRANSPOSE_RETURN_IF_ERROR(out_of_memory);

@@ -1233,6 +1233,41 @@ TEST_F(ReliabilityTest, ACallOutOfTimeSaysWhetherItReachedTheServer) {
   EXPECT_FALSE(MadeNoConnection(status)) << status;
 }
 
+// A call out of time while queued behind the server's limit on concurrent
+// streams had a connection: it is not marked as one that made none, and so
+// keeps the advice of a longer deadline. Streams learn of their connection
+// when their headers go out, which here they never do.
+TEST_F(ReliabilityTest, ACallQueuedForAStreamSlotIsNotTakenForUnconnected) {
+  auto server = Start({"--max_concurrent_streams=1"});
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  // The connection is up and its settings are in before the slot is taken.
+  ASSERT_TRUE(client->GetServerInfo(absl::Seconds(30)).ok());
+  auto stub = v1::TransposeService::NewStub(client->channel());
+  grpc::ClientContext held;
+  std::unique_ptr<Stream> stream = stub->TransposeStream(&held);
+  ASSERT_TRUE(stream->Write(Header(64, 64)));
+  const std::vector<uint8_t> data(64 * 64 * 4, 5);
+  const MatrixView matrix{DataType::kFloat32, {1, 64, 64}, data};
+  CallOptions call;
+  call.timeout = absl::Seconds(1);
+  CallOptions streamed = call;
+  streamed.force_stream = true;
+  const std::pair<const char*, absl::Status> calls[] = {
+      {"unary", client->Transpose(matrix, call).status()},
+      {"stream", client->Transpose(matrix, streamed).status()},
+  };
+  for (const auto& [kind, status] : calls) {
+    SCOPED_TRACE(kind);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_FALSE(MadeNoConnection(status)) << status;
+    EXPECT_THAT(status.message(), Not(HasSubstr("no connection to")));
+  }
+  held.TryCancel();
+  // With the slot given back, the same client's calls go through.
+  EXPECT_TRUE(client->Transpose(matrix, streamed).ok());
+}
+
 // A client that keeps its idle connection alive with pings (grpc-go's
 // PermitWithoutStream, grpcio's keepalive_permit_without_calls) at the server's
 // least interval, 5 s, keeps it: gRPC's default would send it away with
