@@ -111,7 +111,8 @@ bool SkewedSuitsAuto(const TransposeArgs& args) {
 // for matrices of 64 MiB: k = 2 to 16 either way, 53-71% (1-byte), 74-101%
 // (2-byte), 96-108% (4-byte), 99-109% (8-byte) and 102-110% (16-byte), against
 // at most 22%, 47%, 66%, 96% and 96% (4-byte N x 3 17%, 3 x N 24%), and since
-// attempts 39 and 40 1- and 2-byte k = 2 to 4 88-100% (1-byte 4 x N 88%); k =
+// attempts 39 and 40 1- and 2-byte k = 2 to 4 88-100% (1-byte 4 x N 88%),
+// since attempt 41 1-byte k = 5 to 8 74-90% and 2-byte 8 x N 87%; k =
 // 20, 8-byte 20 x N 103% against 100%, 16-byte 105% against 100%, 16-byte N x
 // 20 102% against 99%. N x 24 to N x 32: 1-byte 59-64% against 32-39%, 2-byte
 // 83-90% against 65-81%, 4-byte 91-97% against 76-80%, 8-byte 95-97% against

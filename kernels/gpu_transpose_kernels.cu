@@ -933,8 +933,8 @@ __device__ __forceinline__ void MoveThinUnit(Unit<T>& unit, T* shared,
 // and k x N matrices of 64 MiB read 96-110% of memcpy for 4- to 16-byte
 // elements, 74-101% for 2-byte and 53-71% for 1-byte ones, whose units move
 // 8 or 16 elements one by one (docs/BENCHMARKS.md, attempt 38); LaunchThin
-// gives them ThinGroupsTranspose instead for k = 2 to 4 (but 2-byte N x 2 and
-// N x 3).
+// gives them ThinGroupsTranspose instead for k = 2 to 8 (1-byte both ways,
+// 2-byte k x N and N x 4).
 template <typename T, int NT, bool kTall>
 __global__ void __launch_bounds__(NT)
     ThinTranspose(const T* __restrict__ in, T* __restrict__ out, uint32_t k,
@@ -1114,7 +1114,7 @@ __device__ __forceinline__ void TransposeThinGroup(
   }
 }
 
-// Thin matrices of 1- and 2-byte elements with K = 2 to 4 short rows or
+// Thin matrices of 1- and 2-byte elements with K = 2 to 8 short rows or
 // columns (N x 3 RGB pixels to 3 x N planes and back). ThinTranspose moves
 // their contiguous side element by element, 8 or 16 per unit, and is bound by
 // those instructions (1-byte N x 3 71% of memcpy, 3 x N 64%); here whole words
@@ -1135,7 +1135,9 @@ __device__ __forceinline__ void TransposeThinGroup(
 // 2 x N, 3 x N and 4 x N 100%, 96% and 88% against 62%, 64% and 57%; 2-byte 2
 // x N, 3 x N, 4 x N and N x 4 99%, 90%, 88% and 99% against 86%, 86%, 78% and
 // 95%. ThinTranspose stays faster for 2-byte N x 2 and N x 3 (97% and 94%
-// against 94% and 89%).
+// against 94% and 89%). Attempt 41: 1-byte N x 5 to N x 8 74-90% against
+// 61-68%, 5 x N to 8 x N 75-87% against 55-61%; 2-byte 8 x N 87% against 75%;
+// past K = 8, no faster than ThinTranspose.
 template <typename T, int K, int NT, bool kTall, bool kOutputOnUnits = false>
 __global__ void __launch_bounds__(NT)
     ThinGroupsTranspose(const T* __restrict__ in, T* __restrict__ out,
@@ -1305,11 +1307,14 @@ __global__ void __launch_bounds__(NT)
         uint32_t shifted[4];
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
+          // Whole words first: a select per possible count, as registers
+          // cannot be indexed at run time.
           uint32_t lo = flat[w], hi = flat[w + 1];
-          if constexpr (kMaxJ0 * S >= 4) {
-            if (shift >= 4) {
-              lo = flat[w + 1];
-              hi = flat[w + 2];
+#pragma unroll
+          for (uint32_t c = 1; c <= kMaxJ0 * S / 4; ++c) {
+            if (shift / 4 == c) {
+              lo = flat[w + c];
+              hi = flat[w + c + 1];
             }
           }
           shifted[w] = __byte_perm(lo, hi, selector);
@@ -1582,7 +1587,7 @@ cudaError_t LaunchSmallMatrices(const TransposeArgs& args,
   });
 }
 
-// Thin matrices of 1- and 2-byte elements with K = 2 to 4
+// Thin matrices of 1- and 2-byte elements with K = 2 to kThinGroupsMaxK
 // (ThinGroupsTranspose): blocks of 1024 / K - 1 groups, about 16 KiB of each
 // side.
 template <typename T, int K>
@@ -1615,6 +1620,23 @@ cudaError_t LaunchThinGroups(const TransposeArgs& args, cudaStream_t stream) {
       });
 }
 
+// The widest thin matrices that LaunchThin gives ThinGroupsTranspose. On the
+// H200 (docs/BENCHMARKS.md, attempt 41) k = 12 and 16 read slower on it than
+// on ThinTranspose: 1-byte N x k 46-53% of memcpy against 59-62%, k x N 49-57%
+// against 53-55%, 2-byte 12 x N and 16 x N 68-72% against 72-78%. Its N x k
+// kernels take 75-115 registers from k = 9 (58-64 up to 8).
+inline constexpr uint32_t kThinGroupsMaxK = 8;
+
+// LaunchThinGroups<T, k> for k from K to kMaxK.
+template <typename T, int K, int kMaxK>
+cudaError_t LaunchThinGroupsFor(uint32_t k, const TransposeArgs& args,
+                                cudaStream_t stream) {
+  if constexpr (K < kMaxK) {
+    if (k != K) return LaunchThinGroupsFor<T, K + 1, kMaxK>(k, args, stream);
+  }
+  return LaunchThinGroups<T, K>(args, stream);
+}
+
 // Thin matrices (ThinTranspose), one block per span of positions along N for
 // one matrix of the batch, in grids of at most 65535 batch entries each.
 // Blocks of about 16 KiB, with shared rows of at least 65 units (1 KiB runs)
@@ -1629,18 +1651,11 @@ cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
   const bool tall = args.cols <= args.rows;
   const uint32_t k = static_cast<uint32_t>(tall ? args.cols : args.rows);
   const uint64_t n = tall ? args.rows : args.cols;
-  // ThinGroupsTranspose where it reads faster (attempts 39 and 40): k = 2
-  // to 4, 1-byte elements both ways, 2-byte k x N and N x 4.
+  // ThinGroupsTranspose where it reads faster (attempts 39 to 41): k = 2
+  // to 8, 1-byte elements both ways, 2-byte k x N and N x 4.
   if constexpr (sizeof(T) <= 2) {
-    if (k >= 2 && k <= 4 && (sizeof(T) == 1 || !tall || k == 4)) {
-      switch (k) {
-        case 2:
-          return LaunchThinGroups<T, 2>(args, stream);
-        case 3:
-          return LaunchThinGroups<T, 3>(args, stream);
-        default:
-          return LaunchThinGroups<T, 4>(args, stream);
-      }
+    if (k >= 2 && k <= kThinGroupsMaxK && (sizeof(T) == 1 || !tall || k == 4)) {
+      return LaunchThinGroupsFor<T, 2, kThinGroupsMaxK>(k, args, stream);
     }
   }
   const uint32_t row_bytes = k * sizeof(uint4);

@@ -340,15 +340,17 @@ INSTANTIATE_TEST_SUITE_P(
 // unit, on tall (N x k) and short (k x N) matrices, k from 1 to kThinMaxK,
 // spans that end inside a unit, several spans per matrix (100003 x 3, 40000 x
 // 2) and batches, past 65535 matrices too (more than one grid: 70001 matrices
-// of k = 2 to 5 both ways, on ThinGroupsTranspose and on ThinTranspose). 1-
-// and 2-byte matrices with k = 2 to 4 take ThinGroupsTranspose (2-byte N x 2
-// and N x 3 excepted), the others ThinTranspose. Its k x N path has a variant
-// for outputs that each start on a unit: one matrix with its output on a unit,
-// or batches of matrices of a multiple of 16 bytes (3 x 4 x 4000, 3 x 3 x
-// 4000, 5 x 2 x 24, 70001 x 2 x 8, 70001 x 4 x 8) so placed, each run with
-// every input offset; any other output offset, and batches of other sizes (3 x
-// 2 x 9001, 3 x 3 x 5001, 3 x 4 x 2001, 70001 x 3 x 5, 70001 x 4 x 5), take
-// the other.
+// of k = 2 to 8 both ways, on ThinGroupsTranspose and on ThinTranspose). 1-
+// byte matrices with k = 2 to 8 take ThinGroupsTranspose, as do 2-byte k x N
+// ones with k = 2 to 8 and N x 4; the others (k = 12 and 16 among them) take
+// ThinTranspose. Its k x N path shifts each output unit by up to k - 1
+// elements: by a word or more from 1-byte k = 5 and 2-byte k = 3, by two or
+// more for 2-byte k = 5 to 8. It has a variant for outputs that each start on a
+// unit: one matrix with its output on a unit, or batches of matrices of a
+// multiple of 16 bytes (3 x 4 x 4000, 3 x 3 x 4000, 5 x 2 x 24, 70001 x 2 x 8,
+// 70001 x 4 x 8) so placed, each run with every input offset; any other output
+// offset, and batches of other sizes (3 x 2 x 9001, 3 x 3 x 5001, 3 x 4 x 2001,
+// 70001 x 3 x 5, 70001 x 4 x 5), take the other.
 class GpuThinPlacementTest : public ::testing::TestWithParam<PlacedCase> {
  protected:
   void SetUp() override {
@@ -360,7 +362,7 @@ TEST_P(GpuThinPlacementTest, MatchesCpuReferenceAtAnyOffset) {
   const auto& [element_size, shape] = GetParam();
   ExpectMatchesAtEveryOffset(internal::Kernel::kThin, element_size, shape, 16);
   // Outputs on a unit: every input offset with them, as short matrices of
-  // k = 2 to 4 then take ThinGroupsTranspose's variant for them (batches of
+  // k = 2 to 8 then take ThinGroupsTranspose's variant for them (batches of
   // matrices of a multiple of 16 bytes; other batches take the general path).
   for (uint64_t in = 0; in < std::max<size_t>(1, 16 / element_size); ++in) {
     EXPECT_EQ(RunAndCompare(internal::Kernel::kThin, element_size, shape, {},
@@ -386,7 +388,13 @@ INSTANTIATE_TEST_SUITE_P(
             Shape{2, 5, 3}, Shape{1, 3, 7}, Shape{70001, 2, 8},
             Shape{3, 3, 5001}, Shape{3, 4, 2001}, Shape{70001, 3, 5},
             Shape{70001, 4, 5}, Shape{70001, 4, 8}, Shape{70001, 5, 4},
-            Shape{70001, 5, 3}, Shape{70001, 6, 5}, Shape{70001, 5, 6})),
+            Shape{70001, 5, 3}, Shape{70001, 6, 5}, Shape{70001, 5, 6},
+            Shape{3, 1001, 6}, Shape{3, 6, 1001}, Shape{2, 2001, 7},
+            Shape{2, 7, 2001}, Shape{1, 4001, 8}, Shape{1, 8, 4001},
+            Shape{3, 8, 1000}, Shape{3, 5, 1600}, Shape{2, 999, 12},
+            Shape{2, 12, 999}, Shape{3, 12, 1000}, Shape{1, 3001, 16},
+            Shape{1, 16, 3001}, Shape{3, 16, 1000}, Shape{70001, 8, 5},
+            Shape{70001, 5, 8})),
     PlacedCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136
@@ -508,17 +516,43 @@ TEST(GpuTransposeLargeTest, SkewedPastTwoToThe31Elements) {
 // with N odd, 2^31 + 1 elements each.
 TEST(GpuTransposeLargeTest, ThinPastTwoToThe31Elements) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  // k = 3 takes the register-transposing path (ThinGroupsTranspose), k = 5
+  // k = 3 takes the register-transposing path (ThinGroupsTranspose), k = 9
   // the element-by-element one.
   constexpr uint64_t kN = ((uint64_t{1} << 31) + 2) / 3;
-  constexpr uint64_t kN5 = ((uint64_t{1} << 31) + 4) / 5;
+  constexpr uint64_t kN9 = ((uint64_t{1} << 31) + 8) / 9;
   static_assert(3 * kN > (uint64_t{1} << 31) && kN % 2 == 1);
-  static_assert(5 * kN5 > (uint64_t{1} << 31) && 5 * kN5 >= 3 * kN);
-  if (std::string why; !EnoughMemoryFor(5 * kN5, &why)) GTEST_SKIP() << why;
+  static_assert(9 * kN9 > (uint64_t{1} << 31) && 9 * kN9 >= 3 * kN);
+  if (std::string why; !EnoughMemoryFor(9 * kN9, &why)) GTEST_SKIP() << why;
   for (const Shape& shape :
-       {Shape{1, kN, 3}, Shape{1, 3, kN}, Shape{1, kN5, 5}, Shape{1, 5, kN5}}) {
+       {Shape{1, kN, 3}, Shape{1, 3, kN}, Shape{1, kN9, 9}, Shape{1, 9, kN9}}) {
     EXPECT_EQ(RunAndCompare(internal::Kernel::kThin, 1, shape), "")
         << shape.rows << " x " << shape.cols;
+  }
+  // An output off units takes the k x N path's general variant (the loop's
+  // outputs start on units).
+  EXPECT_EQ(RunAndCompare(internal::Kernel::kThin, 1, Shape{1, 3, kN}, {},
+                          Placement{0, 1}),
+            "")
+      << "3 x N, output at element 1";
+}
+
+// 2-byte thin matrices past 2^31 elements, on ThinGroupsTranspose's k x N
+// path (outputs on units and off them; 8 x N off them shifts its units by
+// more than a word) and its N x 4 path: 2^31 + 4 and 2^31 + 8 elements.
+TEST(GpuTransposeLargeTest, TwoByteThinPastTwoToThe31Elements) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  constexpr uint64_t kN = (uint64_t{1} << 29) + 1;
+  constexpr uint64_t kN8 = (uint64_t{1} << 28) + 1;
+  static_assert(4 * kN > (uint64_t{1} << 31) && 8 * kN8 > (uint64_t{1} << 31));
+  if (std::string why; !EnoughMemoryFor(2 * 4 * kN, &why)) GTEST_SKIP() << why;
+  for (const auto& [shape, output_offset] :
+       {std::pair{Shape{1, 4, kN}, 0}, std::pair{Shape{1, 4, kN}, 3},
+        std::pair{Shape{1, kN, 4}, 0}, std::pair{Shape{1, 8, kN8}, 3}}) {
+    EXPECT_EQ(RunAndCompare(internal::Kernel::kThin, 2, shape, {},
+                            Placement{0, uint64_t(output_offset)}),
+              "")
+        << shape.rows << " x " << shape.cols << ", output at element "
+        << output_offset;
   }
 }
 
