@@ -273,6 +273,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 }
 
 absl::Status CudaBackend::Init() {
+  if (device_ == options_.testing_unusable_device) {
+    return absl::FailedPreconditionError(
+        "a testing flag (--testing_cuda_unusable_device) keeps it from coming "
+        "up");
+  }
   const ScopedDevice scoped_device(device_);
   TRANSPOSE_RETURN_IF_ERROR(scoped_device.status());
   cudaDeviceProp properties;
@@ -696,20 +701,21 @@ std::string WhyNoCudaDevice() {
   return absl::StrCat("CUDA sees ", count, " of them");
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateCudaBackends(
+absl::StatusOr<CudaBackends> CreateCudaBackends(
     const CudaBackendOptions& options, Metrics& metrics) {
   const int count = CudaDeviceCount();
   if (count == 0) return absl::UnavailableError("no CUDA device is visible");
-  std::vector<std::unique_ptr<Backend>> backends;
+  CudaBackends backends;
   for (int device = 0; device < count; ++device) {
     absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
         CudaBackend::Create(device, options, metrics);
-    if (!backend.ok()) {
-      return absl::Status(
+    if (backend.ok()) {
+      backends.usable.push_back(*std::move(backend));
+    } else {
+      backends.failed.push_back(absl::Status(
           backend.status().code(),
-          absl::StrCat("cuda:", device, ": ", backend.status().message()));
+          absl::StrCat("cuda:", device, ": ", backend.status().message())));
     }
-    backends.push_back(*std::move(backend));
   }
   return backends;
 }

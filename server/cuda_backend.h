@@ -38,6 +38,9 @@ struct CudaBackendOptions {
   // Testing only: after this many jobs, each job first runs a kernel that
   // spins for 30 s (0: never).
   int testing_hang_after_jobs = 0;
+  // Testing only: this device fails to come up, as a broken one would (-1:
+  // none).
+  int testing_unusable_device = -1;
   // Testing only: the shared memory per block taken for the device's (0: the
   // device's own), to show refusals that today's large GPUs never need.
   size_t testing_max_shared_bytes_per_block = 0;
@@ -66,9 +69,17 @@ int CudaDeviceCount();
 // error.
 std::string WhyNoCudaDevice();
 
-// One calibrated backend per visible GPU, named "cuda:N". UNAVAILABLE without a
-// GPU or in a build without CUDA. `metrics` must outlive the backends.
-absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateCudaBackends(
+// What became of the visible GPUs: a calibrated backend, named "cuda:N", for
+// each that came up, and why each other did not ("cuda:N: ...").
+struct CudaBackends {
+  std::vector<std::unique_ptr<Backend>> usable;
+  std::vector<absl::Status> failed;
+};
+
+// Brings up every visible GPU; one that fails leaves the others up, for the
+// caller to serve on or not. UNAVAILABLE without a GPU or in a build without
+// CUDA. `metrics` must outlive the backends.
+absl::StatusOr<CudaBackends> CreateCudaBackends(
     const CudaBackendOptions& options, Metrics& metrics);
 
 }  // namespace transpose

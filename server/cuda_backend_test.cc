@@ -29,10 +29,13 @@ class CudaBackendTest : public ::testing::Test {
 
   std::unique_ptr<Backend> MakeBackend(CudaBackendOptions options = {}) {
     options.calibration_bytes = 64 << 20;
-    absl::StatusOr<std::vector<std::unique_ptr<Backend>>> backends =
+    absl::StatusOr<CudaBackends> backends =
         CreateCudaBackends(options, metrics_);
     EXPECT_TRUE(backends.ok()) << backends.status();
-    return backends.ok() ? std::move(backends->front()) : nullptr;
+    if (!backends.ok()) return nullptr;
+    EXPECT_TRUE(backends->failed.empty()) << backends->failed.front();
+    return backends->usable.empty() ? nullptr
+                                    : std::move(backends->usable.front());
   }
 
   // Runs a uint32 job of `shape` with random data; "" when its result is right,

@@ -11,8 +11,8 @@ std::string WhyNoCudaDevice() {
          "the CUDA toolkit at /usr/local/cuda and build again)";
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateCudaBackends(
-    const CudaBackendOptions&, Metrics&) {
+absl::StatusOr<CudaBackends> CreateCudaBackends(const CudaBackendOptions&,
+                                                Metrics&) {
   return absl::UnavailableError("this server was built without CUDA");
 }
 

@@ -125,6 +125,10 @@ ABSL_FLAG(int, testing_cuda_hang_after_jobs, 0,
           "Testing only: after this many jobs, each GPU job first runs a "
           "kernel that spins for 30 s, as a hung device would, to exercise "
           "--gpu_hang_seconds.");
+ABSL_FLAG(int, testing_cuda_unusable_device, -1,
+          "Testing only: GPU N fails to come up at start-up, as a broken one "
+          "would, to exercise --backend=auto serving on the others or on the "
+          "CPU (-1: none).");
 ABSL_FLAG(int, testing_cuda_fault_after_jobs, 0,
           "Testing only: after this many jobs, each GPU runs a kernel that "
           "faults (a sticky CUDA error), to exercise fault handling.");
@@ -213,9 +217,26 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
         absl::GetFlag(FLAGS_testing_cuda_fault_after_jobs);
     options.testing_hang_after_jobs =
         absl::GetFlag(FLAGS_testing_cuda_hang_after_jobs);
-    return CreateCudaBackends(options, metrics);
-  }
-  if (kind == "auto") {
+    options.testing_unusable_device =
+        absl::GetFlag(FLAGS_testing_cuda_unusable_device);
+    TRANSPOSE_ASSIGN_OR_RETURN(CudaBackends cuda,
+                               CreateCudaBackends(options, metrics));
+    // Asked for the GPUs, an operator learns at once that one is broken; on
+    // auto the server serves on what it has, as it would on a machine with
+    // fewer GPUs, and says which are missing and why.
+    if (kind == "cuda" && !cuda.failed.empty()) {
+      return absl::Status(
+          cuda.failed.front().code(),
+          absl::StrCat(cuda.failed.front().message(),
+                       " (--backend=cuda needs every visible GPU; "
+                       "--backend=auto serves on those that come up)"));
+    }
+    for (const absl::Status& why : cuda.failed) {
+      Log(LogLevel::kWarning, "%s: not serving on it", why.message());
+    }
+    if (!cuda.usable.empty()) return std::move(cuda.usable);
+    Log(LogLevel::kWarning, "no GPU came up: serving on the CPU");
+  } else if (kind == "auto") {
     if (const int listed = NvidiaGpuDeviceCount(
             absl::GetFlag(FLAGS_testing_nvidia_device_dir));
         listed > 0) {
@@ -375,6 +396,13 @@ absl::Status CheckFlags() {
               : absl::StrFormat("--%s=%d: expected 0 to %d", count.name,
                                 count.value, count.max));
     }
+  }
+  if (const int device = absl::GetFlag(FLAGS_testing_cuda_unusable_device);
+      device < -1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--testing_cuda_unusable_device=%d: expected -1 (none) or a device "
+        "number",
+        device));
   }
   // Where the CPU backend will run, each of its workers transposes on a team
   // of its own: a product in the millions starts thread after thread until

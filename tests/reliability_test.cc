@@ -1525,6 +1525,7 @@ TEST_F(ReliabilityTest, NonsenseFlagValuesAreRefusedAtStartUp) {
                                  "--metrics_address=[::1]:0",
                                  "--metrics_address=0,127.0.0.1:0",
                                  "--log_level=loud",
+                                 "--testing_cuda_unusable_device=-2",
                                  "stray"}) {
     const auto [code, text] =
         ServerProcess::RunUntilExit({"--backend=cpu", flag});
@@ -2318,6 +2319,46 @@ TEST_F(ReliabilityTest, CallsQueuedBehindAHungGpuJobFailOnceItIsOutOfService) {
         << "hung job " << i << ": " << hung[i].status;
   }
   EXPECT_EQ(server->Stop(SIGTERM), 0);
+}
+
+// With a GPU (the GPU machine): on --backend=auto a GPU that fails to come up
+// at start-up is left out, with a warning that says why, and the server serves
+// on the others, or on the CPU when there are none (a machine's one GPU
+// broken). --backend=cuda does not start then, and says which GPU failed.
+TEST_F(ReliabilityTest, AGpuThatFailsToComeUpIsLeftOutOnAuto) {
+  if (ServerProcess::BackendFromEnvironment() != "cuda") {
+    GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
+  }
+  const ServerLog server_log;
+  auto server = Start({"--backend=auto", "--testing_cuda_unusable_device=0",
+                       "--log_level=warning"},
+                      server_log.path());
+  ASSERT_NE(server, nullptr);
+  auto client = Connect(*server);
+  absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_GT(info->backends_size(), 0);
+  for (const auto& backend : info->backends()) {
+    EXPECT_NE(backend.name(), "cuda:0");
+    // One GPU: the CPU, else the others.
+    EXPECT_EQ(backend.name() == "cpu", info->backends_size() == 1)
+        << backend.name();
+  }
+  EXPECT_TRUE(Transpose(*client, 300, 500).ok());
+  const std::string log = server_log.Read();
+  EXPECT_THAT(log, HasSubstr("cuda:0: a testing flag "
+                             "(--testing_cuda_unusable_device) keeps it from "
+                             "coming up: not serving on it"));
+  if (info->backends_size() == 1) {
+    EXPECT_THAT(log, HasSubstr("no GPU came up: serving on the CPU"));
+  }
+
+  const auto [code, text] = ServerProcess::RunUntilExit(
+      {"--backend=cuda", "--testing_cuda_unusable_device=0"},
+      absl::Seconds(60));
+  EXPECT_EQ(code, 1) << text;
+  EXPECT_THAT(text, HasSubstr("cuda:0: a testing flag"));
+  EXPECT_THAT(text, HasSubstr("--backend=cuda needs every visible GPU"));
 }
 
 // With the CUDA backend (the GPU machine): a device fault that poisons the CUDA

@@ -98,8 +98,17 @@ int Run() {
   Metrics metrics(registry, "bench");
   CudaBackendOptions options;
   options.streams_per_device = 4;
-  std::unique_ptr<Backend> backend =
-      std::move(CreateCudaBackends(options, metrics)->front());
+  absl::StatusOr<CudaBackends> backends = CreateCudaBackends(options, metrics);
+  if (!backends.ok()) {
+    std::printf("engine_bench: %s\n", backends.status().ToString().c_str());
+    return 1;
+  }
+  if (backends->usable.empty()) {  // Then each visible GPU failed.
+    std::printf("engine_bench: no GPU came up: %s\n",
+                backends->failed.front().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<Backend> backend = std::move(backends->usable.front());
 
   const size_t gib = size_t{1} << 30;
   void* pinned = nullptr;
