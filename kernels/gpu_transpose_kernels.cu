@@ -933,8 +933,8 @@ __device__ __forceinline__ void MoveThinUnit(Unit<T>& unit, T* shared,
 // and k x N matrices of 64 MiB read 96-110% of memcpy for 4- to 16-byte
 // elements, 74-101% for 2-byte and 53-71% for 1-byte ones, whose units move
 // 8 or 16 elements one by one (docs/BENCHMARKS.md, attempt 38); LaunchThin
-// gives them ThinGroupsTranspose instead for k = 2 to 8 (1-byte both ways,
-// 2-byte k x N and N x 4).
+// gives them ThinGroupsTranspose instead for 1-byte k = 2 to 8 and some
+// 2-byte shapes.
 template <typename T, int NT, bool kTall>
 __global__ void __launch_bounds__(NT)
     ThinTranspose(const T* __restrict__ in, T* __restrict__ out, uint32_t k,
@@ -1136,8 +1136,8 @@ __device__ __forceinline__ void TransposeThinGroup(
 // x N, 3 x N, 4 x N and N x 4 99%, 90%, 88% and 99% against 86%, 86%, 78% and
 // 95%. ThinTranspose stays faster for 2-byte N x 2 and N x 3 (97% and 94%
 // against 94% and 89%). Attempt 41: 1-byte N x 5 to N x 8 74-90% against
-// 61-68%, 5 x N to 8 x N 75-87% against 55-61%; 2-byte 8 x N 87% against 75%;
-// past K = 8, no faster than ThinTranspose.
+// 61-68%, 5 x N to 8 x N 75-87% against 56-61%; 2-byte 8 x N 87% against 75%;
+// past K = 8, slower than ThinTranspose.
 template <typename T, int K, int NT, bool kTall, bool kOutputOnUnits = false>
 __global__ void __launch_bounds__(NT)
     ThinGroupsTranspose(const T* __restrict__ in, T* __restrict__ out,
@@ -1603,7 +1603,7 @@ cudaError_t LaunchThinGroups(const TransposeArgs& args, cudaStream_t stream) {
   const uint64_t n = tall ? args.rows : args.cols;
   // Where each matrix's contiguous output starts on a unit, so does each
   // block's, and for K dividing E the kernel's K x N stores skip the shift
-  // (attempt 40); for K = 3 the variant only knows its head to be 0.
+  // (attempt 40); for other K the variant only knows its head to be 0.
   const bool output_on_units =
       reinterpret_cast<uintptr_t>(args.output) % sizeof(uint4) == 0 &&
       (args.batch == 1 || n * K % E == 0);
@@ -1622,8 +1622,8 @@ cudaError_t LaunchThinGroups(const TransposeArgs& args, cudaStream_t stream) {
 
 // The widest thin matrices that LaunchThin gives ThinGroupsTranspose. On the
 // H200 (docs/BENCHMARKS.md, attempt 41) k = 12 and 16 read slower on it than
-// on ThinTranspose: 1-byte N x k 46-53% of memcpy against 59-62%, k x N 49-57%
-// against 53-55%, 2-byte 12 x N and 16 x N 68-72% against 72-78%. Its N x k
+// on ThinTranspose: 1-byte N x k 46-53% of memcpy against 59-62%, 16 x N 49%
+// against 53%, 2-byte N x 12 and N x 16 56-60% against 83-89%. Its N x k
 // kernels take 75-115 registers from k = 9 (58-64 up to 8).
 inline constexpr uint32_t kThinGroupsMaxK = 8;
 
@@ -1651,12 +1651,18 @@ cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
   const bool tall = args.cols <= args.rows;
   const uint32_t k = static_cast<uint32_t>(tall ? args.cols : args.rows);
   const uint64_t n = tall ? args.rows : args.cols;
-  // ThinGroupsTranspose where it reads faster (attempts 39 to 41): k = 2
-  // to 8, 1-byte elements both ways, 2-byte k x N and N x 4.
-  if constexpr (sizeof(T) <= 2) {
-    if (k >= 2 && k <= kThinGroupsMaxK && (sizeof(T) == 1 || !tall || k == 4)) {
+  // ThinGroupsTranspose where it reads faster (attempts 39 to 41): 1-byte
+  // elements with k = 2 to 8 both ways; 2-byte k x N with k = 2 to 4 and 8,
+  // and N x 4 (2-byte 5 x N to 7 x N are not yet timed on it).
+  if constexpr (sizeof(T) == 1) {
+    if (k >= 2 && k <= kThinGroupsMaxK) {
       return LaunchThinGroupsFor<T, 2, kThinGroupsMaxK>(k, args, stream);
     }
+  } else if constexpr (sizeof(T) == 2) {
+    if (tall ? k == 4 : k >= 2 && k <= 4) {
+      return LaunchThinGroupsFor<T, 2, 4>(k, args, stream);
+    }
+    if (!tall && k == 8) return LaunchThinGroups<T, 8>(args, stream);
   }
   const uint32_t row_bytes = k * sizeof(uint4);
   uint32_t row_units =

@@ -340,13 +340,13 @@ INSTANTIATE_TEST_SUITE_P(
 // unit, on tall (N x k) and short (k x N) matrices, k from 1 to kThinMaxK,
 // spans that end inside a unit, several spans per matrix (100003 x 3, 40000 x
 // 2) and batches, past 65535 matrices too (more than one grid: 70001 matrices
-// of k = 2 to 8 both ways, on ThinGroupsTranspose and on ThinTranspose). 1-
-// byte matrices with k = 2 to 8 take ThinGroupsTranspose, as do 2-byte k x N
-// ones with k = 2 to 8 and N x 4; the others (k = 12 and 16 among them) take
-// ThinTranspose. Its k x N path shifts each output unit by up to k - 1
-// elements: by a word or more from 1-byte k = 5 and 2-byte k = 3, by two or
-// more for 2-byte k = 5 to 8. It has a variant for outputs that each start on a
-// unit: one matrix with its output on a unit, or batches of matrices of a
+// of k = 2 to 5 and 8 both ways, on ThinGroupsTranspose and on ThinTranspose).
+// 1-byte matrices with k = 2 to 8 take ThinGroupsTranspose, as do 2-byte k x N
+// ones with k = 2 to 4 and 8, and N x 4; the others (k = 12 and 16 among
+// them) take ThinTranspose. Its k x N path shifts each output unit by up to k
+// - 1 elements: by a word or more from 1-byte k = 5 and 2-byte k = 3, by up to
+// three words for 2-byte 8 x N. It has a variant for outputs that each start on
+// a unit: one matrix with its output on a unit, or batches of matrices of a
 // multiple of 16 bytes (3 x 4 x 4000, 3 x 3 x 4000, 5 x 2 x 24, 70001 x 2 x 8,
 // 70001 x 4 x 8) so placed, each run with every input offset; any other output
 // offset, and batches of other sizes (3 x 2 x 9001, 3 x 3 x 5001, 3 x 4 x 2001,
@@ -394,7 +394,7 @@ INSTANTIATE_TEST_SUITE_P(
             Shape{3, 8, 1000}, Shape{3, 5, 1600}, Shape{2, 999, 12},
             Shape{2, 12, 999}, Shape{3, 12, 1000}, Shape{1, 3001, 16},
             Shape{1, 16, 3001}, Shape{3, 16, 1000}, Shape{70001, 8, 5},
-            Shape{70001, 5, 8})),
+            Shape{70001, 5, 8}, Shape{70001, 9, 8}, Shape{70001, 8, 9})),
     PlacedCaseName);
 
 // The tunable kernels under each tuning other than the default. 2 x 4104 x 136
@@ -513,7 +513,7 @@ TEST(GpuTransposeLargeTest, SkewedPastTwoToThe31Elements) {
 }
 
 // The thin kernel's runs and spans past 2^31 elements: 1-byte N x 3 and 3 x N
-// with N odd, 2^31 + 1 elements each.
+// with N odd (2^31 + 1 elements), N x 9 and 9 x N (2^31 + 7).
 TEST(GpuTransposeLargeTest, ThinPastTwoToThe31Elements) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   // k = 3 takes the register-transposing path (ThinGroupsTranspose), k = 9
@@ -544,7 +544,8 @@ TEST(GpuTransposeLargeTest, TwoByteThinPastTwoToThe31Elements) {
   constexpr uint64_t kN = (uint64_t{1} << 29) + 1;
   constexpr uint64_t kN8 = (uint64_t{1} << 28) + 1;
   static_assert(4 * kN > (uint64_t{1} << 31) && 8 * kN8 > (uint64_t{1} << 31));
-  if (std::string why; !EnoughMemoryFor(2 * 4 * kN, &why)) GTEST_SKIP() << why;
+  static_assert(8 * kN8 >= 4 * kN);
+  if (std::string why; !EnoughMemoryFor(2 * 8 * kN8, &why)) GTEST_SKIP() << why;
   for (const auto& [shape, output_offset] :
        {std::pair{Shape{1, 4, kN}, 0}, std::pair{Shape{1, 4, kN}, 3},
         std::pair{Shape{1, kN, 4}, 0}, std::pair{Shape{1, 8, kN8}, 3}}) {
