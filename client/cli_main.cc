@@ -113,8 +113,9 @@ ABSL_FLAG(int, concurrency, 1, "bench: requests in flight (1 to 1024).");
 // Optional, so that one given with --count can be told from the default.
 ABSL_FLAG(std::optional<absl::Duration>, duration, std::nullopt,
           "bench: how long to run (default 10s).");
-ABSL_FLAG(uint64_t, count, 0,
-          "bench: run exactly this many requests instead of --duration.");
+ABSL_FLAG(std::optional<uint64_t>, count, std::nullopt,
+          "bench: run exactly this many requests (1 or more) instead of "
+          "--duration.");
 ABSL_FLAG(std::string, shape, "1024x1024",
           "bench: ROWSxCOLS or BATCHxROWSxCOLS.");
 ABSL_FLAG(std::string, metrics_url, "",
@@ -164,10 +165,12 @@ std::string TlsMismatchHint(const absl::Status& status) {
   return "";
 }
 
-// On one line, which scripts may take as the whole error.
-int Fail(const absl::Status& status) {
+// On one line, which scripts may take as the whole error. `moved_data`: the
+// call had sent or received part of its matrix, which a client and server
+// that disagree on TLS never do: a connection lost then is not a TLS hint.
+int Fail(const absl::Status& status, bool moved_data = false) {
   std::fprintf(stderr, "error: %s%s\n", StatusText(status).c_str(),
-               TlsMismatchHint(status).c_str());
+               moved_data ? "" : TlsMismatchHint(status).c_str());
   return 1;
 }
 
@@ -469,13 +472,20 @@ int ReadLayout(const std::string& in_path, absl::string_view start,
     if (!absl::GetFlag(FLAGS_rows).has_value()) missing.push_back("--rows");
     if (!absl::GetFlag(FLAGS_cols).has_value()) missing.push_back("--cols");
     if (!dtype.has_value()) missing.push_back("--dtype");
+    // A file named .npy that is not one is damaged (an empty or cut-off
+    // download), as one whose header does not parse is: an error of this
+    // machine, not of the command line.
+    if (!missing.empty() && absl::EndsWithIgnoreCase(in_path, ".npy")) {
+      return FailHere(absl::InvalidArgumentError(absl::StrCat(
+          in_path,
+          ": not a usable .npy file: it does not start as one does "
+          "(\\x93NUMPY); raw input needs ",
+          absl::StrJoin(missing, ", "))));
+    }
     if (!missing.empty()) {
-      return Usage(
-          absl::StrCat(in_path,
-                       absl::EndsWithIgnoreCase(in_path, ".npy")
-                           ? " does not start as a .npy file does (\\x93NUMPY)"
-                           : " is not a .npy file",
-                       "; raw input needs ", absl::StrJoin(missing, ", ")));
+      return Usage(absl::StrCat(in_path,
+                                " is not a .npy file; raw input needs ",
+                                absl::StrJoin(missing, ", ")));
     }
     layout.dtype = *dtype;
     layout.descr = std::string(NpyDescr(*dtype));
@@ -567,7 +577,13 @@ absl::StatusOr<TransposeOptions> TransposeOptionsFromFlags() {
 absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   BenchOptions options;
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
-  options.count = absl::GetFlag(FLAGS_count);
+  if (const std::optional<uint64_t> count = absl::GetFlag(FLAGS_count);
+      count.has_value()) {
+    if (*count == 0) {
+      return absl::InvalidArgumentError("--count=0: expected 1 or more");
+    }
+    options.count = *count;
+  }
   if (const std::optional<absl::Duration> duration =
           absl::GetFlag(FLAGS_duration);
       duration.has_value()) {
@@ -789,7 +805,11 @@ int RunTranspose() {
   CallOptions call;
   call.algorithm = algorithm;
   call.force_stream = absl::GetFlag(FLAGS_stream);
-  call.on_progress = [&bar](const TransferProgress& p) { bar.Update(p); };
+  bool moved_data = false;
+  call.on_progress = [&bar, &moved_data](const TransferProgress& p) {
+    moved_data = moved_data || p.sent_bytes > 0 || p.received_bytes > 0;
+    bar.Update(p);
+  };
   const absl::Time start = absl::Now();
   absl::StatusOr<TransposeResult> result = (*client)->Transpose(sent, call);
   bar.Done();
@@ -804,7 +824,7 @@ int RunTranspose() {
         "; a longer --deadline gives large matrices and slow links their "
         "time")));
   }
-  if (!result.ok()) return Fail(result.status());
+  if (!result.ok()) return Fail(result.status(), moved_data);
   return write(input.shape.Transposed(), result->data,
                StatsLine(result->stats));
 }
@@ -1016,8 +1036,24 @@ int main(int argc, char** argv) {
   usage.report_refusal = [](const absl::Status& refusal) {
     transpose::Usage(std::string(refusal.message()));
   };
-  const std::vector<char*> positional =
-      transpose::ParseCommandLine(argc, argv, usage);
+  // "--in -" as shell tools take it: Abseil would warn that a value starting
+  // with "-" may be a flag; "--in=-" it takes quietly.
+  std::vector<std::string> joined;
+  std::vector<char*> args;
+  joined.reserve(argc);
+  for (int i = 0; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (i + 1 < argc && absl::string_view(argv[i + 1]) == "-" &&
+        (arg == "--in" || arg == "-in" || arg == "--out" || arg == "-out")) {
+      joined.push_back(absl::StrCat(arg, "=-"));
+      args.push_back(joined.back().data());
+      ++i;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  const std::vector<char*> positional = transpose::ParseCommandLine(
+      static_cast<int>(args.size()), args.data(), usage);
   // gRPC's own error lines repeat what the CLI's "error:" line says; gRPC's
   // GRPC_VERBOSITY shows them, and with "info" or "debug" more.
   transpose::RouteGrpcLogs();
