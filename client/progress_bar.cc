@@ -11,6 +11,22 @@
 
 namespace transpose {
 
+namespace {
+
+// GB/s as the service's figures are, in smaller units on slow links, which
+// would otherwise read 0.00 GB/s.
+std::string RateText(double bytes_per_second) {
+  if (bytes_per_second >= 1e9) {
+    return absl::StrFormat("%.2f GB/s", bytes_per_second / 1e9);
+  }
+  if (bytes_per_second >= 1e6) {
+    return absl::StrFormat("%.1f MB/s", bytes_per_second / 1e6);
+  }
+  return absl::StrFormat("%.0f kB/s", bytes_per_second / 1e3);
+}
+
+}  // namespace
+
 ProgressBar::ProgressBar(bool enabled, std::FILE* out,
                          std::function<absl::Time()> clock)
     : enabled_(enabled),
@@ -58,10 +74,10 @@ void ProgressBar::Draw(absl::Time now) {
   const double moved =
       static_cast<double>(last_.sent_bytes + last_.received_bytes);
   absl::FPrintF(
-      out_, "\r%-8s [%s%s] %3.0f%% %.1f/%.1f MiB %.2f GB/s %s",
+      out_, "\r%-8s [%s%s] %3.0f%% %.1f/%.1f MiB %s %s",
       uploading ? "sending" : "receiving", std::string(filled, '#'),
       std::string(kWidth - filled, '.'), 100 * fraction, done / 1048576.0,
-      last_.total_bytes / 1048576.0, moved / seconds / 1e9,
+      last_.total_bytes / 1048576.0, RateText(moved / seconds),
       last_.attempt > 1 ? absl::StrFormat("(attempt %d) ", last_.attempt) : "");
   std::fflush(out_);
   drawn_ = true;

@@ -79,10 +79,29 @@ TEST_F(ProgressBarTest, ANewAttemptIsDrawnAtOnceAndNamed) {
   now_ += absl::Milliseconds(100);
   bar.Update({kTotal / 4, 0, kTotal, /*attempt=*/2});
   EXPECT_THAT(LastLine(), HasSubstr(" 25% "));
-  EXPECT_THAT(LastLine(), HasSubstr(" 0.17 GB/s (attempt 2)"));
+  EXPECT_THAT(LastLine(), HasSubstr(" 167.8 MB/s (attempt 2)"));
   const std::string text = Text();
   EXPECT_THAT(text.substr(0, text.find("(attempt 2)")),
               ::testing::Not(HasSubstr("attempt")));
+}
+
+// The rate is in GB/s, as the service's figures are, down to where that
+// would read 0.00: a slow link shows MB/s or kB/s.
+TEST_F(ProgressBarTest, TheRateReadsOnFastAndSlowLinks) {
+  {
+    ProgressBar bar = MakeBar();
+    now_ += absl::Seconds(10);
+    bar.Update({1 << 20, 0, kTotal});  // 1 MiB in 10 s.
+    EXPECT_THAT(LastLine(), HasSubstr(" 105 kB/s"));
+    now_ += absl::Seconds(10);
+    bar.Update({kTotal / 2, 0, kTotal});  // 32 MiB in 20 s.
+    EXPECT_THAT(LastLine(), HasSubstr(" 1.7 MB/s"));
+  }
+  constexpr uint64_t kLarge = uint64_t{4} << 30;
+  ProgressBar bar = MakeBar();
+  now_ += absl::Milliseconds(600);
+  bar.Update({kLarge / 2, 0, kLarge});  // 2 GiB in 0.6 s.
+  EXPECT_THAT(LastLine(), HasSubstr(" 3.58 GB/s"));
 }
 
 // A throttled update that the transfer then stops at is drawn by Done, so a

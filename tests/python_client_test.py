@@ -413,7 +413,8 @@ class PythonClientTest(unittest.TestCase):
             for name in ("archive.npy", "raw.npy", "objects.npy"):
                 os.unlink(os.path.join(tmp, name))
             refused(cli(os.path.join(tmp, "missing.npy"), target), "missing.npy")
-            refused(cli(source, os.path.join(tmp, "no", "such", "folder")), "folder")
+            refused(cli(source, os.path.join(tmp, "no", "such", "folder")),
+                    "its folder does not exist")
             # A server's token file during a rotation lists two: which one to send is not for
             # the client to guess, and neither may reach a log.
             tokens = os.path.join(tmp, "tokens")

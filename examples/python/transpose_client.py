@@ -485,6 +485,9 @@ class OutputFile:
             raise PermissionError(errno.EACCES, "cannot write", path)
         elif not os.access(os.path.dirname(os.path.abspath(self._target)), os.W_OK | os.X_OK):
             if info is None:
+                folder = os.path.dirname(os.path.abspath(self._target))
+                if not os.path.isdir(folder):
+                    raise FileNotFoundError(errno.ENOENT, "its folder does not exist", path)
                 raise PermissionError(errno.EACCES, "cannot create a file in its folder", path)
             self._in_place = True
 
