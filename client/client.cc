@@ -170,12 +170,11 @@ bool IsIpAddress(absl::string_view host) {
 // at either end, it carried the call. gRPC gives no surer sign for a unary
 // call (its peer stays unset until the server answers; a stream whose headers
 // went out knows, but one queued for a stream slot sent none). It can err both
-// ways: a call whose connection the
-// server retired as it ran (a GOAWAY at the connection's age, or in a drain),
-// and whose channel is still reconnecting when its deadline passes, is taken
-// for one that never reached the server; one that began on a ready
-// connection just as it was lost, and then waited for another, for one that
-// did.
+// ways: a call whose connection the server retired as it ran (a GOAWAY at the
+// connection's age, or in a drain), and whose channel is still reconnecting
+// when its deadline passes, is taken for one that never reached the server;
+// one that began on a ready connection just as it was lost, and then waited
+// for another, for one that did.
 class ReachWatch {
  public:
   explicit ReachWatch(grpc::Channel& channel)
