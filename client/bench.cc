@@ -56,11 +56,11 @@ absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
       CheckMatrixUnderLimit(info.limits(), options.dtype, options.shape));
   const uint64_t buffers =
       1 + (options.verify ? 1 : 0) + static_cast<uint64_t>(options.concurrency);
-  const uint64_t memory = UsableMemoryBytes();
+  const uint64_t memory = MemoryLeftBytes();
   if (bytes > memory / buffers) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%d buffers of %d bytes (the input, %sone result per request in "
-        "flight) exceed the %d bytes of memory this process may use",
+        "flight) exceed the %d bytes of memory this process may still take",
         buffers, bytes, options.verify ? "the expected result, " : "", memory));
   }
   return absl::OkStatus();

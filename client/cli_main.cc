@@ -181,6 +181,15 @@ int FailHere(const absl::Status& status) {
   return 1;
 }
 
+// A buffer of this machine's that it has no memory for.
+absl::Status OutOfMemoryFor(absl::string_view buffer, uint64_t bytes,
+                            const std::string& in_path) {
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "out of memory for the %d-byte %s of %s (the machine's, its cgroup's or "
+      "its ulimit -v)",
+      bytes, buffer, in_path));
+}
+
 int Usage(const std::string& message) {
   std::fprintf(stderr, "usage error: %s\n(see transpose --help)\n",
                message.c_str());
@@ -727,17 +736,21 @@ int RunTranspose() {
         }
       }
     }
-    if (!FitsHostMemory(expected_bytes)) {
+    if (const uint64_t left = MemoryLeftBytes(); expected_bytes > left / 2) {
       return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
           "%s holds %s %s, %d bytes; with its result that is more than the "
-          "%d bytes of memory this process may use (the machine's, its "
-          "cgroup's or its ulimit -v)",
+          "%d bytes of memory this process may still take (the machine's, "
+          "its cgroup's or its ulimit -v, less the address space it holds)",
           in_path, DataTypeName(input.dtype), ShapeToString(input.shape),
-          expected_bytes, UsableMemoryBytes())));
+          expected_bytes, left)));
     }
     // One byte more shows an input longer than its shape without reading all
     // of an endless pipe.
-    contents.reserve(expected_bytes + 1);
+    try {
+      contents.reserve(expected_bytes + 1);
+    } catch (const std::bad_alloc&) {
+      return FailHere(OutOfMemoryFor("input", expected_bytes, in_path));
+    }
     if (absl::Status read = reader->ReadUpTo(expected_bytes + 1, contents);
         !read.ok()) {
       return FailHere(read);
@@ -810,8 +823,17 @@ int RunTranspose() {
     moved_data = moved_data || p.sent_bytes > 0 || p.received_bytes > 0;
     bar.Update(p);
   };
+  // The result's buffer is the CLI's, so that running out of memory for it
+  // reads as this machine's failure, not as a status from the server.
+  const uint64_t result_bytes = input.data.size();
+  std::unique_ptr<uint8_t[]> result_data(new (std::nothrow)
+                                             uint8_t[result_bytes]);
+  if (result_data == nullptr) {
+    return FailHere(OutOfMemoryFor("result", result_bytes, in_path));
+  }
   const absl::Time start = absl::Now();
-  absl::StatusOr<TransposeResult> result = (*client)->Transpose(sent, call);
+  absl::StatusOr<TransposeStats> result = (*client)->TransposeInto(
+      sent, absl::MakeSpan(result_data.get(), result_bytes), call);
   bar.Done();
   // The hint only when this call's own deadline ran out (the library names
   // it): the server ends a stalled stream with the same code, and a longer
@@ -825,8 +847,9 @@ int RunTranspose() {
         "time")));
   }
   if (!result.ok()) return Fail(result.status(), moved_data);
-  return write(input.shape.Transposed(), result->data,
-               StatsLine(result->stats));
+  return write(input.shape.Transposed(),
+               absl::MakeConstSpan(result_data.get(), result_bytes),
+               StatsLine(*result));
 }
 
 // Servers that predate a limit's field leave it out.

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <new>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
@@ -242,10 +243,25 @@ absl::Status FileReader::ReadUpTo(size_t max_bytes, std::string& contents) {
   // growing); a pipe's is not, and the buffer doubles as it comes.
   const size_t guess = regular_size_.has_value() ? *regular_size_ + 1
                                                  : size + (size_t{64} << 10);
-  contents.resize(std::min(std::max(guess, size + 1), max_bytes));
+  // Out of memory is a status here, as for every other way a read fails.
+  const auto grow = [&](size_t bytes) {
+    try {
+      contents.resize(bytes);
+      return absl::OkStatus();
+    } catch (const std::bad_alloc&) {
+      contents.resize(size);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of memory for ", bytes, " bytes of ", path_,
+                       " (the machine's, its cgroup's or its ulimit -v)"));
+    }
+  };
+  TRANSPOSE_RETURN_IF_ERROR(
+      grow(std::min(std::max(guess, size + 1), max_bytes)));
   while (size < max_bytes) {
-    if (contents.size() == size)
-      contents.resize(std::min(std::max<size_t>(2 * size, 1), max_bytes));
+    if (contents.size() == size) {
+      TRANSPOSE_RETURN_IF_ERROR(
+          grow(std::min(std::max<size_t>(2 * size, 1), max_bytes)));
+    }
     const ssize_t n =
         ::read(descriptor_, contents.data() + size, contents.size() - size);
     if (n == 0) {

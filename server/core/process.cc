@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <optional>
 
 #include "absl/synchronization/mutex.h"
@@ -17,16 +18,46 @@ void SetUpProcess() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
-uint64_t UsableMemoryBytes() {
+namespace {
+
+uint64_t PhysicalOrCgroupMemoryBytes() {
   uint64_t bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                    static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (const std::optional<uint64_t> limit = CurrentCgroupLimits().memory_bytes)
     bytes = std::min(bytes, *limit);
+  return bytes;
+}
+
+std::optional<uint64_t> AddressSpaceLimitBytes() {
   if (rlimit address_space; getrlimit(RLIMIT_AS, &address_space) == 0 &&
                             address_space.rlim_cur != RLIM_INFINITY) {
-    bytes = std::min<uint64_t>(bytes, address_space.rlim_cur);
+    return address_space.rlim_cur;
   }
-  return bytes;
+  return std::nullopt;
+}
+
+// VmSize; 0 where /proc cannot say.
+uint64_t MappedAddressSpaceBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  if (!(statm >> pages)) return 0;
+  return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+uint64_t UsableMemoryBytes() {
+  const uint64_t bytes = PhysicalOrCgroupMemoryBytes();
+  const std::optional<uint64_t> limit = AddressSpaceLimitBytes();
+  return limit.has_value() ? std::min(bytes, *limit) : bytes;
+}
+
+uint64_t MemoryLeftBytes() {
+  const uint64_t bytes = PhysicalOrCgroupMemoryBytes();
+  const std::optional<uint64_t> limit = AddressSpaceLimitBytes();
+  if (!limit.has_value()) return bytes;
+  const uint64_t mapped = MappedAddressSpaceBytes();
+  return std::min(bytes, *limit > mapped ? *limit - mapped : 0);
 }
 
 bool FitsHostMemory(uint64_t bytes) { return bytes <= UsableMemoryBytes() / 2; }

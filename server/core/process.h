@@ -24,6 +24,13 @@ void SetUpProcess();
 // hold large buffers checks against this first.
 uint64_t UsableMemoryBytes();
 
+// What this process may still take of UsableMemoryBytes: under an
+// address-space limit, less the address space it maps already. Thread stacks
+// and malloc's per-thread arenas reserve hundreds of megabytes that hold no
+// memory but count against ulimit -v; a client about to hold a large input and
+// its result checks against this.
+uint64_t MemoryLeftBytes();
+
 // Whether a transpose of `bytes` (its input and its result, both held) fits
 // the memory this process may use when nothing else holds any: what a client
 // checks before it reads a large file, and whether a server running out of
