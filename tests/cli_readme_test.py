@@ -777,19 +777,18 @@ class CliReadmeTest(unittest.TestCase):
         self.assertLess(elapsed, 19, result.stderr)  # 20 s with the check waiting 10 s.
         self.assertFalse(os.path.exists(self.path("hung.T")))
 
-    def test_an_input_over_the_memory_this_process_may_use_is_refused_before_it_is_read(self):
+    def transpose_sparse_float32_under_address_space_limit(self, rows, cols, limit):
+        """Runs `transpose` on a sparse float32 rows x cols .npy file under ulimit -v `limit`,
+        and returns how much memory the CLI said it had left, or fails the test."""
         with open(ARGS.cli, "rb") as f:
             if b"__asan_init" in f.read():
                 self.skipTest("AddressSanitizer reserves terabytes of address space at start-up, "
                               "which no ulimit -v leaves it")
-        # A sparse .npy file of 6.4 GB, which with its result fits this machine (24 GiB) but not
-        # an address space of 8 GiB (ulimit -v, as a container's memory limit would bind).
-        big = self.path("big.npy")
-        with open(big, "wb") as f:
+        src, out = self.path("sparse.npy"), self.path("sparse.T.npy")
+        with open(src, "wb") as f:
             np.lib.format.write_array_header_1_0(
-                f, {"descr": "<f4", "fortran_order": False, "shape": (40000, 40000)})
-            f.truncate(f.tell() + 40000 * 40000 * 4)
-        limit = 8 << 30
+                f, {"descr": "<f4", "fortran_order": False, "shape": (rows, cols)})
+            f.truncate(f.tell() + rows * cols * 4)
 
         def limit_address_space():
             import resource
@@ -797,53 +796,34 @@ class CliReadmeTest(unittest.TestCase):
 
         try:
             result = subprocess.run(
-                [ARGS.cli, f"--server={refused_address(self)}", "transpose", f"--in={big}",
-                 f"--out={self.path('big.T.npy')}"], preexec_fn=limit_address_space,
+                [ARGS.cli, f"--server={refused_address(self)}", "transpose", f"--in={src}",
+                 f"--out={out}"], preexec_fn=limit_address_space,
                 capture_output=True, text=True, timeout=120)
         finally:
-            os.unlink(big)
+            os.unlink(src)
         self.assertEqual(result.returncode, 1, result.stderr)
-        left = re.search(r"holds float32 40000x40000, 6400000128 bytes; with its result that is "
-                         r"more than the (\d+) bytes of memory this process may still take",
-                         result.stderr)
+        self.assertNotIn("RESOURCE_EXHAUSTED", result.stderr)
+        self.assertFalse(os.path.exists(out))
+        left = re.search(rf"holds float32 {rows}x{cols}, {rows * cols * 4 + 128} bytes; with its "
+                         r"result that is more than the (\d+) bytes of memory this process may "
+                         r"still take", result.stderr)
         self.assertIsNotNone(left, result.stderr)
-        self.assertLess(int(left.group(1)), limit)
-        self.assertFalse(os.path.exists(self.path("big.T.npy")))
+        return int(left.group(1))
+
+    def test_an_input_over_the_memory_this_process_may_use_is_refused_before_it_is_read(self):
+        # 6.4 GB, which with its result fits this machine (24 GiB) but not an address space of
+        # 8 GiB (ulimit -v, as a container's memory limit would bind).
+        limit = 8 << 30
+        self.assertLess(
+            self.transpose_sparse_float32_under_address_space_limit(40000, 40000, limit), limit)
 
     def test_the_memory_check_counts_the_address_space_the_process_holds(self):
-        with open(ARGS.cli, "rb") as f:
-            if b"__asan_init" in f.read():
-                self.skipTest("AddressSanitizer reserves terabytes of address space at start-up, "
-                              "which no ulimit -v leaves it")
         # 324 MB with its result, 648 MB, fits under 700 MiB of address space, but not with the
         # hundreds of megabytes that the CLI's thread stacks and malloc arenas reserve: the check
         # must refuse it up front rather than fail as it allocates.
-        mid = self.path("mid.npy")
-        with open(mid, "wb") as f:
-            np.lib.format.write_array_header_1_0(
-                f, {"descr": "<f4", "fortran_order": False, "shape": (9000, 9000)})
-            f.truncate(f.tell() + 9000 * 9000 * 4)
-        limit = 700 << 20
-
-        def limit_address_space():
-            import resource
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-        try:
-            result = subprocess.run(
-                [ARGS.cli, f"--server={refused_address(self)}", "transpose", f"--in={mid}",
-                 f"--out={self.path('mid.T.npy')}"], preexec_fn=limit_address_space,
-                capture_output=True, text=True, timeout=120)
-        finally:
-            os.unlink(mid)
-        self.assertEqual(result.returncode, 1, result.stderr)
-        self.assertNotIn("RESOURCE_EXHAUSTED", result.stderr)
-        left = re.search(r"holds float32 9000x9000, 324000128 bytes; with its result that is more "
-                         r"than the (\d+) bytes of memory this process may still take",
-                         result.stderr)
-        self.assertIsNotNone(left, result.stderr)
-        self.assertLess(int(left.group(1)), 648000256)
-        self.assertFalse(os.path.exists(self.path("mid.T.npy")))
+        self.assertLess(
+            self.transpose_sparse_float32_under_address_space_limit(9000, 9000, 700 << 20),
+            2 * 9000 * 9000 * 4)
 
     def test_a_large_piped_input_transposes_and_a_short_one_is_named(self):
         rng = np.random.default_rng(8)
