@@ -32,9 +32,9 @@ uint64_t UsableMemoryBytes();
 uint64_t MemoryLeftBytes();
 
 // Whether a transpose of `bytes` (its input and its result, both held) fits
-// the memory this process may use when nothing else holds any: what a client
-// checks before it reads a large file, and whether a server running out of
-// memory for it should tell its client to try again.
+// the memory this process may use when nothing else holds any: whether a
+// server running out of memory for it should tell its client to try again.
+// (A client about to read a large file checks MemoryLeftBytes instead.)
 bool FitsHostMemory(uint64_t bytes);
 
 }  // namespace transpose
