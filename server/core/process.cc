@@ -13,11 +13,6 @@
 
 namespace transpose {
 
-void SetUpProcess() {
-  RetainFreedHeapMemory();
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-}
-
 namespace {
 
 uint64_t PhysicalOrCgroupMemoryBytes() {
@@ -45,6 +40,18 @@ uint64_t MappedAddressSpaceBytes() {
 }
 
 }  // namespace
+
+void SetUpProcess() {
+  // Every malloc arena past the first reserves 64 MiB of address space as its
+  // thread first allocates. That holds no memory, but under ulimit -v eight
+  // of them take 512 MiB of the limit, and what gRPC later needs (a thread's
+  // stack, a buffer) then fails: it hangs or crashes rather than reporting
+  // it. There the threads share one arena instead.
+  RetainFreedHeapMemory(
+      /*retain_bytes=*/size_t{64} << 20,
+      /*arenas=*/AddressSpaceLimitBytes().has_value() ? 1 : 8);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
 
 uint64_t UsableMemoryBytes() {
   const uint64_t bytes = PhysicalOrCgroupMemoryBytes();

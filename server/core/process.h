@@ -9,7 +9,8 @@
 namespace transpose {
 
 // Call first thing in main, in programs (not libraries):
-// - RetainFreedHeapMemory (server/core/heap.h);
+// - RetainFreedHeapMemory (server/core/heap.h), with one malloc arena under
+//   an address-space limit (ulimit -v);
 // - absl::Mutex deadlock detection off. Debian's Abseil is built with it on,
 //   and gRPC takes an absl::Mutex for nearly everything it does: with 64
 //   callers of 64x64 transposes on the 2-core machine, the detector's graph
@@ -26,9 +27,9 @@ uint64_t UsableMemoryBytes();
 
 // What this process may still take of UsableMemoryBytes: under an
 // address-space limit, less the address space it maps already. Thread stacks
-// and malloc's per-thread arenas reserve hundreds of megabytes that hold no
-// memory but count against ulimit -v; a client about to hold a large input and
-// its result checks against this.
+// (8 MiB each) reserve address space that holds no memory but counts against
+// ulimit -v; a client about to hold a large input and its result checks
+// against this.
 uint64_t MemoryLeftBytes();
 
 // Whether a transpose of `bytes` (its input and its result, both held) fits
