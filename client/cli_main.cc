@@ -181,6 +181,13 @@ int FailHere(const absl::Status& status) {
   return 1;
 }
 
+// What a transpose call needs beyond its input and result. gRPC 1.51 hangs
+// or crashes, rather than failing the call, when it runs out of memory for a
+// thread's stack or a buffer: under ulimit -v its 7 threads' stacks and HTTP/2
+// buffers took about 64 MiB on the 2-core machine, and calls with less left
+// ended that way.
+constexpr uint64_t kCallMemoryBytes = 128 << 20;
+
 // A buffer of this machine's that it has no memory for.
 absl::Status OutOfMemoryFor(absl::string_view buffer, uint64_t bytes,
                             const std::string& in_path) {
@@ -281,7 +288,7 @@ std::string FlagForAnotherCommand(absl::string_view command) {
 }
 
 // `default_attempts` unless --attempts says otherwise.
-absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
+absl::StatusOr<ClientOptions> ClientOptionsFromFlags(int default_attempts) {
   ClientOptions options;
   options.target = absl::GetFlag(FLAGS_server);
   options.default_timeout = Deadline(/*quick_call=*/false);
@@ -356,7 +363,14 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
                  "(give --tls or --tls_ca to encrypt it)\n",
                  options.target.c_str());
   }
-  return Client::Create(options);
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
+  absl::StatusOr<ClientOptions> options =
+      ClientOptionsFromFlags(default_attempts);
+  if (!options.ok()) return options.status();
+  return Client::Create(*options);
 }
 
 std::optional<kernels::Algorithm> ParseAlgorithm(absl::string_view name) {
@@ -671,11 +685,26 @@ int RunTranspose() {
   const std::optional<DataType> dtype = options->dtype;
   const kernels::Algorithm algorithm = options->algorithm;
 
-  // Before the input is read, so that an unwritable --out fails at once.
+  // Before the input is read, so that an unwritable --out or an unreadable
+  // --tls_ca fails at once.
   absl::StatusOr<FileWriter> output = FileWriter::Create(out_path);
   if (!output.ok()) return FailHere(output.status());
-  absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
-  if (!client.ok()) return FailHere(client.status());
+  absl::StatusOr<ClientOptions> client_options =
+      ClientOptionsFromFlags(/*default_attempts=*/4);
+  if (!client_options.ok()) return FailHere(client_options.status());
+  // The client, and with it gRPC's threads, starts only once a call is due:
+  // under a tight ulimit -v some of those threads cannot start, and gRPC 1.51
+  // then never finishes shutting down, so that an input refused here would
+  // leave the process hanging at exit.
+  std::unique_ptr<Client> client;
+  const auto connect = [&client, &client_options]() -> absl::Status {
+    if (client != nullptr) return absl::OkStatus();
+    absl::StatusOr<std::unique_ptr<Client>> created =
+        Client::Create(*client_options);
+    if (!created.ok()) return created.status();
+    client = *std::move(created);
+    return absl::OkStatus();
+  };
 
   // A large input is checked against the server's limit and this machine's
   // memory (it and the result are both held here) from its start, before the
@@ -726,7 +755,10 @@ int RunTranspose() {
     // which retries; this check waits for it 5 s at most, not a --deadline
     // meant for the transfer (a hung server would take twice that).
     if (!no_call) {
-      absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo(
+      if (absl::Status connected = connect(); !connected.ok()) {
+        return FailHere(connected);
+      }
+      absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo(
           std::min(Deadline(/*quick_call=*/true), absl::Seconds(5)));
       if (info.ok()) {
         if (absl::Status under =
@@ -736,13 +768,16 @@ int RunTranspose() {
         }
       }
     }
-    if (const uint64_t left = MemoryLeftBytes(); expected_bytes > left / 2) {
+    if (const uint64_t left = MemoryLeftBytes();
+        left < kCallMemoryBytes ||
+        expected_bytes > (left - kCallMemoryBytes) / 2) {
       return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
-          "%s holds %s %s, %d bytes; with its result that is more than the "
-          "%d bytes of memory this process may still take (the machine's, "
-          "its cgroup's or its ulimit -v, less the address space it holds)",
+          "%s holds %s %s, %d bytes; with its result and the %d bytes a call "
+          "needs that is more than the %d bytes of memory this process may "
+          "still take (the machine's, its cgroup's or its ulimit -v, less the "
+          "address space it holds)",
           in_path, DataTypeName(input.dtype), ShapeToString(input.shape),
-          expected_bytes, left)));
+          expected_bytes, kCallMemoryBytes, left)));
     }
     // One byte more shows an input longer than its shape without reading all
     // of an endless pipe.
@@ -831,8 +866,19 @@ int RunTranspose() {
   if (result_data == nullptr) {
     return FailHere(OutOfMemoryFor("result", result_bytes, in_path));
   }
+  if (const uint64_t left = MemoryLeftBytes(); left < kCallMemoryBytes) {
+    return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
+        "with the input and the result of %s held (%d bytes each), this "
+        "process may take %d more bytes of memory (the machine's, its "
+        "cgroup's or its ulimit -v, less the address space it holds), less "
+        "than the %d bytes a call needs",
+        in_path, result_bytes, left, kCallMemoryBytes)));
+  }
+  if (absl::Status connected = connect(); !connected.ok()) {
+    return FailHere(connected);
+  }
   const absl::Time start = absl::Now();
-  absl::StatusOr<TransposeStats> result = (*client)->TransposeInto(
+  absl::StatusOr<TransposeStats> result = client->TransposeInto(
       sent, absl::MakeSpan(result_data.get(), result_bytes), call);
   bar.Done();
   // The hint only when this call's own deadline ran out (the library names

@@ -757,7 +757,8 @@ class CliReadmeTest(unittest.TestCase):
                                            "--cols=1048576", server=refused_address(self))
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn("/dev/stdin holds uint8 1048576x1048576, 1099511627776 bytes; with its "
-                      "result that is more than the", result.stderr)
+                      "result and the 134217728 bytes a call needs that is more than the",
+                      result.stderr)
         self.assertFalse(os.path.exists(out))
 
     def test_a_hung_server_holds_a_large_input_for_its_deadline_and_5_s_more_at_most(self):
@@ -777,36 +778,44 @@ class CliReadmeTest(unittest.TestCase):
         self.assertLess(elapsed, 19, result.stderr)  # 20 s with the check waiting 10 s.
         self.assertFalse(os.path.exists(self.path("hung.T")))
 
-    def transpose_sparse_float32_under_address_space_limit(self, rows, cols, limit):
-        """Runs `transpose` on a sparse float32 rows x cols .npy file under ulimit -v `limit`,
-        and returns how much memory the CLI said it had left, or fails the test."""
+    def transpose_under_address_space_limit(self, src, out, limit, server):
+        """Runs `transpose` from `src` to `out` under ulimit -v `limit`; fails the test if it
+        has not ended in 60 s."""
         with open(ARGS.cli, "rb") as f:
             if b"__asan_init" in f.read():
                 self.skipTest("AddressSanitizer reserves terabytes of address space at start-up, "
                               "which no ulimit -v leaves it")
-        src, out = self.path("sparse.npy"), self.path("sparse.T.npy")
-        with open(src, "wb") as f:
-            np.lib.format.write_array_header_1_0(
-                f, {"descr": "<f4", "fortran_order": False, "shape": (rows, cols)})
-            f.truncate(f.tell() + rows * cols * 4)
 
         def limit_address_space():
             import resource
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
         try:
-            result = subprocess.run(
-                [ARGS.cli, f"--server={refused_address(self)}", "transpose", f"--in={src}",
-                 f"--out={out}"], preexec_fn=limit_address_space,
-                capture_output=True, text=True, timeout=120)
+            return subprocess.run(
+                [ARGS.cli, f"--server={server}", "transpose", f"--in={src}", f"--out={out}"],
+                preexec_fn=limit_address_space, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            self.fail(f"transpose --in={src} under ulimit -v {limit >> 10} hung")
+
+    def transpose_sparse_float32_under_address_space_limit(self, rows, cols, limit):
+        """Runs `transpose` on a sparse float32 rows x cols .npy file under ulimit -v `limit`,
+        and returns how much memory the CLI said it had left, or fails the test."""
+        src, out = self.path("sparse.npy"), self.path("sparse.T.npy")
+        with open(src, "wb") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": (rows, cols)})
+            f.truncate(f.tell() + rows * cols * 4)
+        try:
+            result = self.transpose_under_address_space_limit(src, out, limit,
+                                                              refused_address(self))
         finally:
             os.unlink(src)
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertNotIn("RESOURCE_EXHAUSTED", result.stderr)
         self.assertFalse(os.path.exists(out))
         left = re.search(rf"holds float32 {rows}x{cols}, {rows * cols * 4 + 128} bytes; with its "
-                         r"result that is more than the (\d+) bytes of memory this process may "
-                         r"still take", result.stderr)
+                         r"result and the \d+ bytes a call needs that is more than the (\d+) bytes "
+                         r"of memory this process may still take", result.stderr)
         self.assertIsNotNone(left, result.stderr)
         return int(left.group(1))
 
@@ -818,12 +827,41 @@ class CliReadmeTest(unittest.TestCase):
             self.transpose_sparse_float32_under_address_space_limit(40000, 40000, limit), limit)
 
     def test_the_memory_check_counts_the_address_space_the_process_holds(self):
-        # 324 MB with its result, 648 MB, fits under 700 MiB of address space, but not with the
-        # hundreds of megabytes that the CLI's thread stacks and malloc arenas reserve: the check
-        # must refuse it up front rather than fail as it allocates.
+        # 324 MB with its result, 648 MB, fits under 700 MiB of address space, but not with what
+        # the CLI maps already (its libraries, gRPC's thread stacks) and what a call needs: the
+        # check must refuse it up front rather than fail as it allocates.
         self.assertLess(
             self.transpose_sparse_float32_under_address_space_limit(9000, 9000, 700 << 20),
             2 * 9000 * 9000 * 4)
+
+    def test_under_a_tight_address_space_the_cli_transposes_or_says_it_is_out_of_memory(self):
+        # gRPC 1.51 hangs or crashes when it runs out of memory itself (for a thread's stack or a
+        # buffer), and hangs at exit once one of its threads failed to start. Under limits from
+        # far too tight to enough, every run must end with the transpose written, or at once
+        # with a message: a 64 MB matrix, and a file whose header promises 64 MB it lacks.
+        rng = np.random.default_rng(12)
+        a = random_array(np.float32, (4000, 4000), rng)
+        full, short, out = self.path("tight.npy"), self.path("tight_short.npy"), self.path("o.npy")
+        np.save(full, a)
+        with open(full, "rb") as f, open(short, "wb") as g:
+            g.write(f.read(1000))
+        written = 0
+        for limit in [mb << 20 for mb in (60, 100, 150, 180, 200, 220, 250, 300, 400, 700)]:
+            result = self.transpose_under_address_space_limit(short, out, limit, self.target)
+            self.assertEqual(result.returncode, 1, result.stderr)
+            self.assertIn("not a usable .npy file", result.stderr)
+            result = self.transpose_under_address_space_limit(full, out, limit, self.target)
+            if result.returncode == 0:
+                np.testing.assert_array_equal(np.load(out), a.T)
+                os.unlink(out)
+                written += 1
+            else:
+                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertRegex(result.stderr, r"^error: .*memory")
+                self.assertNotIn("RESOURCE_EXHAUSTED", result.stderr)
+        # The largest limits leave room for the call, the smallest do not.
+        self.assertGreater(written, 0)
+        self.assertLess(written, 10)
 
     def test_a_large_piped_input_transposes_and_a_short_one_is_named(self):
         rng = np.random.default_rng(8)
