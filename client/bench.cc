@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <random>
 #include <thread>
 #include <vector>
@@ -46,24 +47,31 @@ absl::Status CheckBenchOptions(const BenchOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
-                            absl::Duration info_timeout) {
+absl::Status CheckBenchMemory(const BenchOptions& options) {
   TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
   const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
-  TRANSPOSE_ASSIGN_OR_RETURN(const v1::ServerInfo info,
-                             client.GetServerInfo(info_timeout));
-  TRANSPOSE_RETURN_IF_ERROR(
-      CheckMatrixUnderLimit(info.limits(), options.dtype, options.shape));
   const uint64_t buffers =
       1 + (options.verify ? 1 : 0) + static_cast<uint64_t>(options.concurrency);
   const uint64_t memory = MemoryLeftBytes();
-  if (bytes > memory / buffers) {
+  if (memory < kCallMemoryBytes ||
+      bytes > (memory - kCallMemoryBytes) / buffers) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%d buffers of %d bytes (the input, %sone result per request in "
-        "flight) exceed the %d bytes of memory this process may still take",
-        buffers, bytes, options.verify ? "the expected result, " : "", memory));
+        "flight) and the %d bytes the calls need exceed the %d bytes of "
+        "memory this process may still take (the machine's, its cgroup's or "
+        "its ulimit -v, less the address space it holds)",
+        buffers, bytes, options.verify ? "the expected result, " : "",
+        kCallMemoryBytes, memory));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
+                            absl::Duration info_timeout) {
+  TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
+  TRANSPOSE_ASSIGN_OR_RETURN(const v1::ServerInfo info,
+                             client.GetServerInfo(info_timeout));
+  return CheckMatrixUnderLimit(info.limits(), options.dtype, options.shape);
 }
 
 absl::StatusOr<BenchReport> RunBench(Client& client,
@@ -76,10 +84,19 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
     report.stopped = true;
     return report;
   }
-  std::vector<uint8_t> input(bytes);
-  std::vector<uint8_t> expected(options.verify ? bytes : 0);
-  std::vector<std::vector<uint8_t>> outputs(options.concurrency,
-                                            std::vector<uint8_t>(bytes));
+  std::vector<uint8_t> input;
+  std::vector<uint8_t> expected;
+  std::vector<std::vector<uint8_t>> outputs;
+  try {
+    input.resize(bytes);
+    expected.resize(options.verify ? bytes : 0);
+    outputs.assign(options.concurrency, std::vector<uint8_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "out of memory for the bench's buffers of %d bytes (the machine's, its "
+        "cgroup's or its ulimit -v)",
+        bytes));
+  }
   std::mt19937 rng(42);
   for (uint8_t& b : input) b = static_cast<uint8_t>(rng());
   if (options.verify) {

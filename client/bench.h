@@ -57,11 +57,16 @@ inline constexpr int kMaxBenchConcurrency = 1024;
 // dimension.
 absl::Status CheckBenchOptions(const BenchOptions& options);
 
-// Whether the bench can run against this server on this machine, asked before
-// anything is allocated or timed: RESOURCE_EXHAUSTED for a matrix over the
-// server's limit, or when its buffers (the input, the expected result, one
-// result per request in flight) exceed the memory this process may use; or
-// GetServerInfo's error, which waits `info_timeout` at most.
+// Whether this machine has the memory for the bench, asked before anything is
+// allocated (and best before the client starts gRPC's threads):
+// RESOURCE_EXHAUSTED when its buffers (the input, the expected result, one
+// result per request in flight) and kCallMemoryBytes exceed the memory this
+// process may still take. CheckBenchOptions first.
+absl::Status CheckBenchMemory(const BenchOptions& options);
+
+// Whether the bench can run against this server, asked before anything is
+// allocated or timed: RESOURCE_EXHAUSTED for a matrix over the server's limit,
+// or GetServerInfo's error, which waits `info_timeout` at most.
 absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
                             absl::Duration info_timeout = absl::Seconds(5));
 
@@ -69,7 +74,8 @@ absl::Status CheckBenchFits(Client& client, const BenchOptions& options,
 // value with at least p of them at or below it. 0 for none.
 double NearestRankPercentile(const std::vector<double>& sorted, double p);
 
-// Runs the bench; CheckBenchOptions first (CheckBenchFits is the caller's).
+// Runs the bench; CheckBenchOptions first (CheckBenchMemory and CheckBenchFits
+// are the caller's). RESOURCE_EXHAUSTED where its buffers cannot be allocated.
 absl::StatusOr<BenchReport> RunBench(Client& client,
                                      const BenchOptions& options);
 

@@ -181,13 +181,6 @@ int FailHere(const absl::Status& status) {
   return 1;
 }
 
-// What a transpose call needs beyond its input and result. gRPC 1.51 hangs
-// or crashes, rather than failing the call, when it runs out of memory for a
-// thread's stack or a buffer: under ulimit -v its 7 threads' stacks and HTTP/2
-// buffers took about 64 MiB on the 2-core machine, and calls with less left
-// ended that way.
-constexpr uint64_t kCallMemoryBytes = 128 << 20;
-
 // A buffer of this machine's that it has no memory for.
 absl::Status OutOfMemoryFor(absl::string_view buffer, uint64_t bytes,
                             const std::string& in_path) {
@@ -1022,6 +1015,11 @@ int RunBenchCommand() {
   BenchOptions options = *std::move(parsed);
   options.call.canceller = &stop;
 
+  // Before gRPC starts: under a tight ulimit -v, a refusal then ends the
+  // process at once (see RunTranspose).
+  if (absl::Status memory = CheckBenchMemory(options); !memory.ok()) {
+    return FailHere(memory);
+  }
   absl::StatusOr<std::unique_ptr<Client>> client =
       MakeClient(/*default_attempts=*/1);
   if (!client.ok()) return FailHere(client.status());

@@ -75,6 +75,14 @@ std::string StatusText(const absl::Status& status);
 // ClientOptions::connections at most.
 inline constexpr int kMaxConnections = 64;
 
+// Memory a process needs for its calls beyond their matrices: gRPC's threads'
+// stacks and buffers. gRPC 1.51 hangs or crashes, rather than failing the
+// call, when it runs out of memory for those: under ulimit -v its 7 threads'
+// stacks and HTTP/2 buffers took about 64 MiB on the 2-core machine, and calls
+// with less left ended that way. A program about to hold matrices that large
+// keeps this much of MemoryLeftBytes (server/core/process.h) for the calls.
+inline constexpr uint64_t kCallMemoryBytes = uint64_t{128} << 20;
+
 struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",
   // "ipv4:10.0.0.1:50051,10.0.0.2:50051".

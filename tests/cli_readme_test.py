@@ -781,6 +781,12 @@ class CliReadmeTest(unittest.TestCase):
     def transpose_under_address_space_limit(self, src, out, limit, server):
         """Runs `transpose` from `src` to `out` under ulimit -v `limit`; fails the test if it
         has not ended in 60 s."""
+        return self.cli_under_address_space_limit(limit, f"--server={server}", "transpose",
+                                                  f"--in={src}", f"--out={out}")
+
+    def cli_under_address_space_limit(self, limit, *args):
+        """Runs the CLI with `args` under ulimit -v `limit`; fails the test if it has not ended
+        in 60 s."""
         with open(ARGS.cli, "rb") as f:
             if b"__asan_init" in f.read():
                 self.skipTest("AddressSanitizer reserves terabytes of address space at start-up, "
@@ -791,11 +797,10 @@ class CliReadmeTest(unittest.TestCase):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
         try:
-            return subprocess.run(
-                [ARGS.cli, f"--server={server}", "transpose", f"--in={src}", f"--out={out}"],
-                preexec_fn=limit_address_space, capture_output=True, text=True, timeout=60)
+            return subprocess.run([ARGS.cli, *args], preexec_fn=limit_address_space,
+                                  capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
-            self.fail(f"transpose --in={src} under ulimit -v {limit >> 10} hung")
+            self.fail(f"{' '.join(args)} under ulimit -v {limit >> 10} hung")
 
     def transpose_sparse_float32_under_address_space_limit(self, rows, cols, limit):
         """Runs `transpose` on a sparse float32 rows x cols .npy file under ulimit -v `limit`,
@@ -862,6 +867,19 @@ class CliReadmeTest(unittest.TestCase):
         # The largest limits leave room for the call, the smallest do not.
         self.assertGreater(written, 0)
         self.assertLess(written, 10)
+
+    def test_under_a_tight_address_space_bench_runs_or_says_it_is_out_of_memory(self):
+        # Two 64 MB buffers (the input, one result) and what the call needs exceed 250 MiB: refused before gRPC starts, without a status code that would
+        # read as the server's. Small matrices fit.
+        result = self.cli_under_address_space_limit(
+            250 << 20, f"--server={self.target}", "bench", "--shape=4000x4000", "--count=1")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertRegex(result.stderr, r"^error: 2 buffers of 64000000 bytes .* exceed the \d+ "
+                                        r"bytes of memory this process may still take")
+        result = self.cli_under_address_space_limit(
+            250 << 20, f"--server={self.target}", "bench", "--shape=64x64", "--count=3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("3 ok, 0 errors", result.stdout)
 
     def test_a_large_piped_input_transposes_and_a_short_one_is_named(self):
         rng = np.random.default_rng(8)
