@@ -58,10 +58,9 @@ inline constexpr int kMaxBenchConcurrency = 1024;
 absl::Status CheckBenchOptions(const BenchOptions& options);
 
 // Whether this machine has the memory for the bench, asked before anything is
-// allocated (and best before the client starts gRPC's threads):
-// RESOURCE_EXHAUSTED when its buffers (the input, the expected result, one
-// result per request in flight) and kCallMemoryBytes exceed the memory this
-// process may still take. CheckBenchOptions first.
+// allocated: RESOURCE_EXHAUSTED when its buffers (the input, the expected
+// result, one result per request in flight) and kCallMemoryBytes exceed the
+// memory this process may still take. CheckBenchOptions first.
 absl::Status CheckBenchMemory(const BenchOptions& options);
 
 // Whether the bench can run against this server, asked before anything is

@@ -1015,11 +1015,6 @@ int RunBenchCommand() {
   BenchOptions options = *std::move(parsed);
   options.call.canceller = &stop;
 
-  // Before gRPC starts: under a tight ulimit -v, a refusal then ends the
-  // process at once (see RunTranspose).
-  if (absl::Status memory = CheckBenchMemory(options); !memory.ok()) {
-    return FailHere(memory);
-  }
   absl::StatusOr<std::unique_ptr<Client>> client =
       MakeClient(/*default_attempts=*/1);
   if (!client.ok()) return FailHere(client.status());
@@ -1027,6 +1022,9 @@ int RunBenchCommand() {
           CheckBenchFits(**client, options, Deadline(/*quick_call=*/true));
       !fits.ok()) {
     return Fail(fits);
+  }
+  if (absl::Status memory = CheckBenchMemory(options); !memory.ok()) {
+    return FailHere(memory);
   }
   const std::string metrics_url = absl::GetFlag(FLAGS_metrics_url);
   absl::StatusOr<MetricSamples> before;

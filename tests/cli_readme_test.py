@@ -869,15 +869,17 @@ class CliReadmeTest(unittest.TestCase):
         self.assertLess(written, 10)
 
     def test_under_a_tight_address_space_bench_runs_or_says_it_is_out_of_memory(self):
-        # Two 64 MB buffers (the input, one result) and what the call needs exceed 250 MiB: refused before gRPC starts, without a status code that would
-        # read as the server's. Small matrices fit.
+        # Two 64 MB buffers (the input, one result), what the calls need and what the CLI maps
+        # (some 100 MB with gRPC's threads) exceed 300 MiB: refused before they are allocated,
+        # without a status code that would read as the server's. Small matrices fit.
+        limit = 300 << 20
         result = self.cli_under_address_space_limit(
-            250 << 20, f"--server={self.target}", "bench", "--shape=4000x4000", "--count=1")
+            limit, f"--server={self.target}", "bench", "--shape=4000x4000", "--count=1")
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertRegex(result.stderr, r"^error: 2 buffers of 64000000 bytes .* exceed the \d+ "
                                         r"bytes of memory this process may still take")
         result = self.cli_under_address_space_limit(
-            250 << 20, f"--server={self.target}", "bench", "--shape=64x64", "--count=3")
+            limit, f"--server={self.target}", "bench", "--shape=64x64", "--count=3")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("3 ok, 0 errors", result.stdout)
 
