@@ -4,8 +4,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -53,6 +58,47 @@ TEST(ProcessTest, WithoutAnAddressSpaceLimitMemoryLeftIsTheUsableMemory) {
     GTEST_SKIP() << "this process runs under ulimit -v";
   }
   EXPECT_EQ(MemoryLeftBytes(), UsableMemoryBytes());
+}
+
+// Each malloc arena past the first reserves 64 MiB of address space as its
+// thread first allocates; under ulimit -v eight of them took 512 MiB of the
+// CLI's limit, and gRPC then failed for want of a stack. There SetUpProcess
+// keeps one, so threads that allocate map little more than their stacks.
+TEST(ProcessTest, UnderAnAddressSpaceLimitThreadsShareOneMallocArena) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's allocator has no malloc arenas";
+#endif
+  // In a child of its own: the arena cap holds for the whole process.
+  EXPECT_EXIT(
+      {
+        rlimit lowered;
+        if (getrlimit(RLIMIT_AS, &lowered) != 0) std::exit(2);
+        lowered.rlim_cur = MappedBytes() + (uint64_t{2} << 30);
+        if (setrlimit(RLIMIT_AS, &lowered) != 0) std::exit(2);
+        SetUpProcess();
+        constexpr int kThreads = 4;
+        const uint64_t before = MappedBytes();
+        std::atomic<int> allocated{0};
+        std::atomic<bool> measured{false};
+        std::vector<std::thread> threads;
+        for (int i = 0; i < kThreads; ++i) {
+          threads.emplace_back([&] {
+            void* volatile block = std::malloc(1000);
+            ++allocated;
+            while (!measured) std::this_thread::yield();
+            std::free(block);
+          });
+        }
+        while (allocated < kThreads) std::this_thread::yield();
+        const uint64_t grown = MappedBytes() - before;
+        measured = true;
+        for (std::thread& thread : threads) thread.join();
+        // 4 stacks of 8 MiB (the default), where 4 arenas would add 256 MiB.
+        std::fprintf(stderr, "grew %llu MiB\n",
+                     static_cast<unsigned long long>(grown >> 20));
+        std::exit(grown < kThreads * (uint64_t{24} << 20) ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "grew");
 }
 
 }  // namespace
