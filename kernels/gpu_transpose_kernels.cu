@@ -1651,9 +1651,11 @@ cudaError_t LaunchThin(const TransposeArgs& args, cudaStream_t stream) {
   const bool tall = args.cols <= args.rows;
   const uint32_t k = static_cast<uint32_t>(tall ? args.cols : args.rows);
   const uint64_t n = tall ? args.rows : args.cols;
-  // ThinGroupsTranspose where it reads faster (attempts 39 to 41): 1-byte
+  // ThinGroupsTranspose where it reads faster (attempts 39 to 42): 1-byte
   // elements with k = 2 to 8 both ways; 2-byte k x N with k = 2 to 4 and 8,
-  // and N x 4 (2-byte 5 x N to 7 x N are not yet timed on it).
+  // and N x 4. 2-byte 5 x N to 7 x N read 60-66% of memcpy on it against
+  // 89-94% on ThinTranspose (H100); the likely cost is the selects that shift
+  // their output units by two words or more.
   if constexpr (sizeof(T) == 1) {
     if (k >= 2 && k <= kThinGroupsMaxK) {
       return LaunchThinGroupsFor<T, 2, kThinGroupsMaxK>(k, args, stream);
