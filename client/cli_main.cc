@@ -1005,14 +1005,23 @@ int RunHealth() {
 }
 
 int RunBenchCommand() {
+  absl::StatusOr<BenchOptions> parsed = BenchOptionsFromFlags();
+  if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+  BenchOptions options = *std::move(parsed);
+  // Where not even the calls fit, before any thread starts: under so tight a
+  // ulimit -v Ctrl-C's watcher or some of gRPC's threads cannot start, and
+  // gRPC 1.51 then never finishes shutting down. Otherwise the server's limit
+  // is checked first.
+  if (MemoryLeftBytes() < kCallMemoryBytes) {
+    if (absl::Status memory = CheckBenchMemory(options); !memory.ok()) {
+      return FailHere(memory);
+    }
+  }
   // Before the client starts gRPC's threads, which inherit the blocked
   // signals. Armed around the run: Ctrl-C then ends it early, with its
   // report; before and after, Ctrl-C ends the process as usual.
   CallCanceller stop;
   StopOnSignal stop_on_signal(stop);
-  absl::StatusOr<BenchOptions> parsed = BenchOptionsFromFlags();
-  if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
-  BenchOptions options = *std::move(parsed);
   options.call.canceller = &stop;
 
   absl::StatusOr<std::unique_ptr<Client>> client =

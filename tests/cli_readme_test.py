@@ -882,6 +882,14 @@ class CliReadmeTest(unittest.TestCase):
             limit, f"--server={self.target}", "bench", "--shape=64x64", "--count=3")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("3 ok, 0 errors", result.stdout)
+        # Below what the calls alone need, refused before any thread starts: at 40 MiB Ctrl-C's
+        # watcher could not start, and at 60 and 80 MiB gRPC hung at exit.
+        for limit in [mb << 20 for mb in (40, 60, 80)]:
+            result = self.cli_under_address_space_limit(
+                limit, f"--server={self.target}", "bench", "--shape=64x64", "--count=3")
+            self.assertEqual(result.returncode, 1, result.stderr)
+            self.assertRegex(result.stderr, r"^error: 2 buffers of 16384 bytes .* and the "
+                                            r"134217728 bytes the calls need exceed the \d+ bytes")
 
     def test_a_large_piped_input_transposes_and_a_short_one_is_named(self):
         rng = np.random.default_rng(8)
