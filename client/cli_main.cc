@@ -746,8 +746,10 @@ int RunTranspose() {
         (input.shape.empty() ? 0 : *MatrixBytes(input.dtype, input.shape));
     // A server that does not answer here is left to the transpose call,
     // which retries; this check waits for it 5 s at most, not a --deadline
-    // meant for the transfer (a hung server would take twice that).
-    if (!no_call) {
+    // meant for the transfer (a hung server would take twice that). Where not
+    // even a call's memory is left, the memory check below refuses without
+    // starting gRPC, which would then never finish shutting down.
+    if (!no_call && MemoryLeftBytes() >= kCallMemoryBytes) {
       if (absl::Status connected = connect(); !connected.ok()) {
         return FailHere(connected);
       }

@@ -802,17 +802,19 @@ class CliReadmeTest(unittest.TestCase):
         except subprocess.TimeoutExpired:
             self.fail(f"{' '.join(args)} under ulimit -v {limit >> 10} hung")
 
-    def transpose_sparse_float32_under_address_space_limit(self, rows, cols, limit):
+    def transpose_sparse_float32_under_address_space_limit(self, rows, cols, limit,
+                                                            server=None):
         """Runs `transpose` on a sparse float32 rows x cols .npy file under ulimit -v `limit`,
-        and returns how much memory the CLI said it had left, or fails the test."""
+        against `server` (by default an address that refuses connections), and returns how much
+        memory the CLI said it had left, or fails the test."""
         src, out = self.path("sparse.npy"), self.path("sparse.T.npy")
         with open(src, "wb") as f:
             np.lib.format.write_array_header_1_0(
                 f, {"descr": "<f4", "fortran_order": False, "shape": (rows, cols)})
             f.truncate(f.tell() + rows * cols * 4)
         try:
-            result = self.transpose_under_address_space_limit(src, out, limit,
-                                                              refused_address(self))
+            result = self.transpose_under_address_space_limit(
+                src, out, limit, server or refused_address(self))
         finally:
             os.unlink(src)
         self.assertEqual(result.returncode, 1, result.stderr)
@@ -838,6 +840,14 @@ class CliReadmeTest(unittest.TestCase):
         self.assertLess(
             self.transpose_sparse_float32_under_address_space_limit(9000, 9000, 700 << 20),
             2 * 9000 * 9000 * 4)
+
+    def test_a_large_input_under_a_tight_address_space_is_refused_without_connecting(self):
+        # 120 MB, past the 64 MiB from which the header is checked first. Where not even a call's
+        # 128 MiB is left, the CLI must not connect to ask the server's limit: at 60 MiB gRPC,
+        # short of a thread, hung at exit after the refusal.
+        for limit in [mb << 20 for mb in (40, 60, 80)]:
+            self.assertLess(self.transpose_sparse_float32_under_address_space_limit(
+                6000, 5000, limit, self.target), limit)
 
     def test_under_a_tight_address_space_the_cli_transposes_or_says_it_is_out_of_memory(self):
         # gRPC 1.51 hangs or crashes when it runs out of memory itself (for a thread's stack or a
