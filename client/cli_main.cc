@@ -359,10 +359,21 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags(int default_attempts) {
   return options;
 }
 
+// For the commands that connect at once (info, health, bench). Under a
+// ulimit -v that leaves less than a call's memory, gRPC 1.51 cannot start all
+// of its threads and then never finishes a call or its shutdown: info and
+// health hung at 40 to 100 MiB.
 absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   absl::StatusOr<ClientOptions> options =
       ClientOptionsFromFlags(default_attempts);
   if (!options.ok()) return options.status();
+  if (const uint64_t left = MemoryLeftBytes(); left < kCallMemoryBytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "this process may take %d more bytes of memory (the machine's, its "
+        "cgroup's or its ulimit -v, less the address space it holds), less "
+        "than the %d bytes a call needs",
+        left, kCallMemoryBytes));
+  }
   return Client::Create(*options);
 }
 

@@ -841,6 +841,22 @@ class CliReadmeTest(unittest.TestCase):
             self.transpose_sparse_float32_under_address_space_limit(9000, 9000, 700 << 20),
             2 * 9000 * 9000 * 4)
 
+    def test_under_a_tight_address_space_info_and_health_say_so_rather_than_hang(self):
+        # gRPC short of a thread's stack never finished the call: both hung at 40 to 100 MiB.
+        message = (r"^error: this process may take \d+ more bytes of memory .*, less than the "
+                   r"134217728 bytes a call needs")
+        for limit in [mb << 20 for mb in (40, 60, 80)]:
+            result = self.cli_under_address_space_limit(limit, f"--server={self.target}", "info")
+            self.assertEqual(result.returncode, 1, result.stderr)
+            self.assertRegex(result.stderr, message)
+            result = self.cli_under_address_space_limit(limit, f"--server={self.target}",
+                                                        "health")
+            self.assertEqual(result.returncode, 3, result.stderr)  # Unknown.
+            self.assertRegex(result.stderr, message)
+        result = self.cli_under_address_space_limit(300 << 20, f"--server={self.target}", "info")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("admission:", result.stdout)
+
     def test_a_large_input_under_a_tight_address_space_is_refused_without_connecting(self):
         # 120 MB, past the 64 MiB from which the header is checked first. Where not even a call's
         # 128 MiB is left, the CLI must not connect to ask the server's limit: at 60 MiB gRPC,
