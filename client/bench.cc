@@ -58,10 +58,9 @@ absl::Status CheckBenchMemory(const BenchOptions& options) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%d buffers of %d bytes (the input, %sone result per request in "
         "flight) and the %d bytes the calls need exceed the %d bytes of "
-        "memory this process may still take (the machine's, its cgroup's or "
-        "its ulimit -v, less the address space it holds)",
+        "memory this process may still take (%s)",
         buffers, bytes, options.verify ? "the expected result, " : "",
-        kCallMemoryBytes, memory));
+        kCallMemoryBytes, memory, kMemoryLeftSource));
   }
   return absl::OkStatus();
 }

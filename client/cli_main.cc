@@ -369,10 +369,9 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   if (!options.ok()) return options.status();
   if (const uint64_t left = MemoryLeftBytes(); left < kCallMemoryBytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "this process may take %d more bytes of memory (the machine's, its "
-        "cgroup's or its ulimit -v, less the address space it holds), less "
-        "than the %d bytes a call needs",
-        left, kCallMemoryBytes));
+        "this process may take %d more bytes of memory (%s), less than the %d "
+        "bytes a call needs",
+        left, kMemoryLeftSource, kCallMemoryBytes));
   }
   return Client::Create(*options);
 }
@@ -780,10 +779,9 @@ int RunTranspose() {
       return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
           "%s holds %s %s, %d bytes; with its result and the %d bytes a call "
           "needs that is more than the %d bytes of memory this process may "
-          "still take (the machine's, its cgroup's or its ulimit -v, less the "
-          "address space it holds)",
+          "still take (%s)",
           in_path, DataTypeName(input.dtype), ShapeToString(input.shape),
-          expected_bytes, kCallMemoryBytes, left)));
+          expected_bytes, kCallMemoryBytes, left, kMemoryLeftSource)));
     }
     // One byte more shows an input longer than its shape without reading all
     // of an endless pipe.
@@ -875,10 +873,9 @@ int RunTranspose() {
   if (const uint64_t left = MemoryLeftBytes(); left < kCallMemoryBytes) {
     return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
         "with the input and the result of %s held (%d bytes each), this "
-        "process may take %d more bytes of memory (the machine's, its "
-        "cgroup's or its ulimit -v, less the address space it holds), less "
-        "than the %d bytes a call needs",
-        in_path, result_bytes, left, kCallMemoryBytes)));
+        "process may take %d more bytes of memory (%s), less than the %d "
+        "bytes a call needs",
+        in_path, result_bytes, left, kMemoryLeftSource, kCallMemoryBytes)));
   }
   if (absl::Status connected = connect(); !connected.ok()) {
     return FailHere(connected);

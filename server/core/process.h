@@ -32,6 +32,11 @@ uint64_t UsableMemoryBytes();
 // against this.
 uint64_t MemoryLeftBytes();
 
+// What MemoryLeftBytes counts from, as messages that quote it say.
+inline constexpr char kMemoryLeftSource[] =
+    "the machine's, its cgroup's or its ulimit -v, less the address space it "
+    "holds";
+
 // Whether a transpose of `bytes` (its input and its result, both held) fits
 // the memory this process may use when nothing else holds any: whether a
 // server running out of memory for it should tell its client to try again.
