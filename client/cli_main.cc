@@ -359,20 +359,25 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags(int default_attempts) {
   return options;
 }
 
-// For the commands that connect at once (info, health, bench). Under a
-// ulimit -v that leaves less than a call's memory, gRPC 1.51 cannot start all
-// of its threads and then never finishes a call or its shutdown: info and
-// health hung at 40 to 100 MiB.
+// Whether a call's memory is left, checked before a client is created: under
+// a ulimit -v that leaves less, gRPC 1.51 cannot start all of its threads and
+// then never finishes a call or its shutdown (info and health hung at 40 to
+// 100 MiB). `held` says what the process holds already, for the message.
+absl::Status CheckMemoryForCall(absl::string_view held = "") {
+  const uint64_t left = MemoryLeftBytes();
+  if (left >= kCallMemoryBytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%sthis process may take %d more bytes of memory (%s), less than the %d "
+      "bytes a call needs",
+      held, left, kMemoryLeftSource, kCallMemoryBytes));
+}
+
+// For the commands that connect at once (info, health, bench).
 absl::StatusOr<std::unique_ptr<Client>> MakeClient(int default_attempts = 4) {
   absl::StatusOr<ClientOptions> options =
       ClientOptionsFromFlags(default_attempts);
   if (!options.ok()) return options.status();
-  if (const uint64_t left = MemoryLeftBytes(); left < kCallMemoryBytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "this process may take %d more bytes of memory (%s), less than the %d "
-        "bytes a call needs",
-        left, kMemoryLeftSource, kCallMemoryBytes));
-  }
+  TRANSPOSE_RETURN_IF_ERROR(CheckMemoryForCall());
   return Client::Create(*options);
 }
 
@@ -870,12 +875,12 @@ int RunTranspose() {
   if (result_data == nullptr) {
     return FailHere(OutOfMemoryFor("result", result_bytes, in_path));
   }
-  if (const uint64_t left = MemoryLeftBytes(); left < kCallMemoryBytes) {
-    return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
-        "with the input and the result of %s held (%d bytes each), this "
-        "process may take %d more bytes of memory (%s), less than the %d "
-        "bytes a call needs",
-        in_path, result_bytes, left, kMemoryLeftSource, kCallMemoryBytes)));
+  if (absl::Status memory = CheckMemoryForCall(
+          absl::StrFormat("with the input and the result of %s held (%d "
+                          "bytes each), ",
+                          in_path, result_bytes));
+      !memory.ok()) {
+    return FailHere(memory);
   }
   if (absl::Status connected = connect(); !connected.ok()) {
     return FailHere(connected);
