@@ -55,12 +55,12 @@ absl::Status CheckBenchMemory(const BenchOptions& options) {
   const uint64_t memory = MemoryLeftBytes();
   if (memory < kCallMemoryBytes ||
       bytes > (memory - kCallMemoryBytes) / buffers) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
+    return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
         "%d buffers of %d bytes (the input, %sone result per request in "
         "flight) and the %d bytes the calls need exceed the %d bytes of "
         "memory this process may still take (%s)",
         buffers, bytes, options.verify ? "the expected result, " : "",
-        kCallMemoryBytes, memory, kMemoryLeftSource));
+        kCallMemoryBytes, memory, kMemoryLeftSource)));
   }
   return absl::OkStatus();
 }
@@ -91,10 +91,10 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
     expected.resize(options.verify ? bytes : 0);
     outputs.assign(options.concurrency, std::vector<uint8_t>(bytes));
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
+    return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
         "out of memory for the bench's buffers of %d bytes (the machine's, its "
         "cgroup's or its ulimit -v)",
-        bytes));
+        bytes)));
   }
   std::mt19937 rng(42);
   for (uint8_t& b : input) b = static_cast<uint8_t>(rng());

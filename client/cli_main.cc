@@ -177,7 +177,8 @@ int Fail(const absl::Status& status, bool moved_data = false) {
 // An error of this machine's (a file, the input's contents), without the
 // status code that would read as the server's answer.
 int FailHere(const absl::Status& status) {
-  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  std::fprintf(stderr, "error: %s\n",
+               StatusText(InThisProcess(status)).c_str());
   return 1;
 }
 

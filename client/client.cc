@@ -205,8 +205,21 @@ bool MadeNoConnection(const absl::Status& status) {
   return status.GetPayload(kNoConnectionPayload).has_value();
 }
 
+constexpr char kInThisProcessPayload[] =
+    "type.googleapis.com/transpose.InThisProcess";
+
+absl::Status InThisProcess(absl::Status status) {
+  status.SetPayload(kInThisProcessPayload, {});
+  return status;
+}
+
+bool IsInThisProcess(const absl::Status& status) {
+  return status.GetPayload(kInThisProcessPayload).has_value();
+}
+
 std::string StatusText(const absl::Status& status) {
   if (status.ok()) return "OK";
+  if (IsInThisProcess(status)) return std::string(status.message());
   return absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
                       status.message());
 }
@@ -652,10 +665,10 @@ absl::StatusOr<TransposeResult> Client::Transpose(const MatrixView& input,
   } catch (const std::bad_alloc&) {
     // A status, as every other failure: a caller that sizes its work by what
     // the machine holds must not have to catch.
-    return absl::ResourceExhaustedError(absl::StrFormat(
+    return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
         "out of memory for the %d-byte result (TransposeInto writes into a "
         "buffer of the caller's)",
-        bytes));
+        bytes)));
   }
   TRANSPOSE_ASSIGN_OR_RETURN(
       result.stats, TransposeInto(input, absl::MakeSpan(result.data), call));
@@ -849,8 +862,9 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
     const uint64_t n = chunk_size(offset);
     std::shared_ptr<uint8_t[]> copy(new (std::nothrow) uint8_t[n]);
     if (copy == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "out of memory for a %d-byte chunk (ClientOptions::chunk_bytes)", n));
+      return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
+          "out of memory for a %d-byte chunk (ClientOptions::chunk_bytes)",
+          n)));
     }
     std::memcpy(copy.get(), input.data.data() + offset, n);
     return wire::Encode(offset == 0 ? header : v1::TransposeRequest(),

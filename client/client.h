@@ -67,9 +67,18 @@ bool IsRetryable(const absl::Status& status);
 // fails UNAVAILABLE with gRPC's reason.
 bool MadeNoConnection(const absl::Status& status);
 
+// `status` marked as a failure of this process's own, such as no memory for a
+// buffer the library allocates, rather than an answer from the server.
+absl::Status InThisProcess(absl::Status status);
+
+// True for a failure InThisProcess marked: its code is absl's, not a gRPC
+// status the server sent, and repeating the call elsewhere does not help.
+bool IsInThisProcess(const absl::Status& status);
+
 // "CODE: message" for people: what absl::Status::ToString gives, without the
 // payloads (the retry mark IsRetryable reads), so a failed call's text ends
-// with its request id.
+// with its request id. A failure IsInThisProcess is its message alone, whose
+// code would read as the server's answer.
 std::string StatusText(const absl::Status& status);
 
 // ClientOptions::connections at most.

@@ -120,6 +120,9 @@ TEST_F(ClientTransposeTest, AResultThatDoesNotFitInMemoryIsResourceExhausted) {
       std::string(result.status().message()),
       ::testing::HasSubstr("out of memory for the 1125899906842624-byte "
                            "result"));
+  // This machine's memory, which RESOURCE_EXHAUSTED would put on the server.
+  EXPECT_TRUE(IsInThisProcess(result.status()));
+  EXPECT_EQ(StatusText(result.status()), result.status().message());
 }
 
 // A call that would be refused is refused before its result is allocated:
@@ -193,6 +196,20 @@ TEST(StatusTextTest, CodeAndMessageWithoutPayloads) {
   EXPECT_EQ(StatusText(refused),
             "UNAVAILABLE: the server is shutting down [request 0a1b]");
   EXPECT_EQ(StatusText(absl::OkStatus()), "OK");
+}
+
+TEST(StatusTextTest, AFailureInThisProcessIsItsMessageAlone) {
+  const absl::Status out_of_memory =
+      InThisProcess(absl::ResourceExhaustedError("out of memory for a chunk"));
+  EXPECT_EQ(out_of_memory.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(IsInThisProcess(out_of_memory));
+  EXPECT_EQ(StatusText(out_of_memory), "out of memory for a chunk");
+  // The server's own answer keeps its code.
+  const absl::Status from_server =
+      absl::ResourceExhaustedError("out of device memory");
+  EXPECT_FALSE(IsInThisProcess(from_server));
+  EXPECT_EQ(StatusText(from_server),
+            "RESOURCE_EXHAUSTED: out of device memory");
 }
 
 TEST(CheckTargetTest, TakesWhatGrpcResolves) {
