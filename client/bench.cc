@@ -7,6 +7,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -52,15 +53,20 @@ absl::Status CheckBenchMemory(const BenchOptions& options) {
   const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
   const uint64_t buffers =
       1 + (options.verify ? 1 : 0) + static_cast<uint64_t>(options.concurrency);
+  // Each worker thread's stack counts against ulimit -v: 32 workers of 64x64
+  // under 300 MiB ended in std::system_error when only buffers counted.
+  const uint64_t stacks = options.concurrency * ThreadStackBytes();
   const uint64_t memory = MemoryLeftBytes();
-  if (memory < kCallMemoryBytes ||
-      bytes > (memory - kCallMemoryBytes) / buffers) {
+  if (memory < kCallMemoryBytes + stacks ||
+      bytes > (memory - kCallMemoryBytes - stacks) / buffers) {
     return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
         "%d buffers of %d bytes (the input, %sone result per request in "
-        "flight) and the %d bytes the calls need exceed the %d bytes of "
-        "memory this process may still take (%s)",
+        "flight), %d worker threads' stacks of %d bytes and the %d bytes the "
+        "calls need exceed the %d bytes of memory this process may still take "
+        "(%s)",
         buffers, bytes, options.verify ? "the expected result, " : "",
-        kCallMemoryBytes, memory, kMemoryLeftSource)));
+        options.concurrency, ThreadStackBytes(), kCallMemoryBytes, memory,
+        kMemoryLeftSource)));
   }
   return absl::OkStatus();
 }
@@ -118,6 +124,8 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   // Set by a worker that the canceller ended, not one that ran out of count
   // or time (a signal can come just after the last).
   std::atomic<bool> cut_short{false};
+  // Set when not every worker could start: the run is off.
+  std::atomic<bool> abandoned{false};
   auto worker = [&](std::vector<uint8_t>& output) {
     // A failing server (stopped, refusing every call) is not hammered in a
     // loop: each failure in a row doubles the wait before the next call, from
@@ -130,9 +138,10 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
           options.count > 0 ? backoff : std::min(backoff, end - absl::Now());
       if (wait > absl::ZeroDuration()) options.call.SleepUnlessCancelled(wait);
       // A run that is over is not cut short by a signal that comes after.
-      if (options.count > 0 ? issued.load() >= options.count
-                            : absl::Now() >= end)
+      if (abandoned || (options.count > 0 ? issued.load() >= options.count
+                                          : absl::Now() >= end)) {
         break;
+      }
       if (options.call.cancelled()) {
         cut_short = true;
         break;
@@ -169,8 +178,19 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
     }
   };
   std::vector<std::thread> threads;
-  for (std::vector<uint8_t>& output : outputs) {
-    threads.emplace_back(worker, std::ref(output));
+  try {
+    for (std::vector<uint8_t>& output : outputs) {
+      threads.emplace_back(worker, std::ref(output));
+    }
+  } catch (const std::system_error& error) {
+    // Past CheckBenchMemory's count (another process's memory, a thread
+    // limit): the workers that started finish their call and stop.
+    abandoned = true;
+    for (std::thread& thread : threads) thread.join();
+    return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
+        "could start only %d of the bench's %d worker threads: %s (the "
+        "machine's memory, its cgroup's, its ulimit -v or its ulimit -u)",
+        threads.size(), outputs.size(), error.what())));
   }
   for (std::thread& thread : threads) thread.join();
 

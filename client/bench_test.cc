@@ -1,5 +1,11 @@
 #include "client/bench.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -62,6 +68,49 @@ TEST(RunBenchTest, BuffersThatDoNotFitInMemoryAreThisProcesssFailure) {
               ::testing::HasSubstr("out of memory for the bench's buffers"));
   EXPECT_TRUE(IsInThisProcess(report.status())) << report.status();
   EXPECT_EQ(StatusText(report.status()), report.status().message());
+}
+
+// Where more workers than CheckBenchMemory foresaw cannot start, the run is a
+// status, not std::system_error ending the process.
+TEST(RunBenchTest, WorkersThatCannotStartAreThisProcesssFailure) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers reserve terabytes of address space, which "
+                  "no ulimit -v leaves them";
+#endif
+  // The child runs this test alone in a fresh process: a fork of one whose
+  // earlier tests started gRPC would share gRPC's state.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        ClientOptions client_options;
+        client_options.target = "127.0.0.1:1";  // Never called: no time.
+        absl::StatusOr<std::unique_ptr<Client>> client =
+            Client::Create(client_options);
+        if (!client.ok()) std::exit(2);
+        BenchOptions options;
+        options.dtype = DataType::kUInt8;
+        options.shape = MatrixShape::Matrix(64, 64);
+        options.concurrency = 256;
+        // Over before it starts: the workers end without a call, their
+        // stacks held until they are joined.
+        options.duration = absl::Nanoseconds(1);
+        // Room for a few stacks, not 256.
+        std::ifstream statm("/proc/self/statm");
+        uint64_t pages = 0;
+        statm >> pages;
+        rlimit lowered;
+        if (getrlimit(RLIMIT_AS, &lowered) != 0) std::exit(2);
+        lowered.rlim_cur = pages * sysconf(_SC_PAGESIZE) + (uint64_t{64} << 20);
+        if (setrlimit(RLIMIT_AS, &lowered) != 0) std::exit(2);
+        const absl::StatusOr<BenchReport> report = RunBench(**client, options);
+        std::fprintf(stderr, "%s\n", StatusText(report.status()).c_str());
+        std::exit(!report.ok() && IsInThisProcess(report.status()) &&
+                          absl::IsResourceExhausted(report.status())
+                      ? 0
+                      : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "could start only [0-9]+ of the bench's 256 worker threads");
 }
 
 }  // namespace

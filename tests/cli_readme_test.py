@@ -795,6 +795,10 @@ class CliReadmeTest(unittest.TestCase):
         def limit_address_space():
             import resource
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            # ulimit -s 8192, most shells' default, which sizes each thread's stack.
+            hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+            resource.setrlimit(resource.RLIMIT_STACK, (
+                8 << 20 if hard == resource.RLIM_INFINITY else min(8 << 20, hard), hard))
 
         try:
             return subprocess.run([ARGS.cli, *args], preexec_fn=limit_address_space,
@@ -908,6 +912,15 @@ class CliReadmeTest(unittest.TestCase):
             limit, f"--server={self.target}", "bench", "--shape=64x64", "--count=3")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("3 ok, 0 errors", result.stdout)
+        # Each worker's stack (8 MiB under ulimit -s 8192) counts: 32 of them aborted the CLI
+        # with std::system_error when only the buffers did.
+        result = self.cli_under_address_space_limit(
+            limit, f"--server={self.target}", "bench", "--shape=64x64", "--count=50",
+            "--concurrency=32")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertRegex(result.stderr, r"^error: 33 buffers of 16384 bytes .*, 32 worker threads' "
+                                        r"stacks of \d+ bytes and the 134217728 bytes the calls "
+                                        r"need exceed the \d+ bytes")
         # Below what the calls alone need, refused before any thread starts: at 40 MiB Ctrl-C's
         # watcher could not start, and at 60 and 80 MiB gRPC hung at exit.
         for limit in [mb << 20 for mb in (40, 60, 80)]:

@@ -1,5 +1,6 @@
 #include "server/core/process.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -65,6 +66,18 @@ uint64_t MemoryLeftBytes() {
   if (!limit.has_value()) return bytes;
   const uint64_t mapped = MappedAddressSpaceBytes();
   return std::min(bytes, *limit > mapped ? *limit - mapped : 0);
+}
+
+uint64_t ThreadStackBytes() {
+  // pthread_attr_getstacksize of an attribute left at its default gives the
+  // size glibc gives new threads.
+  pthread_attr_t attr;
+  size_t bytes = 0;
+  if (pthread_attr_init(&attr) == 0) {
+    pthread_attr_getstacksize(&attr, &bytes);
+    pthread_attr_destroy(&attr);
+  }
+  return bytes;
 }
 
 bool FitsHostMemory(uint64_t bytes) { return bytes <= UsableMemoryBytes() / 2; }

@@ -32,6 +32,11 @@ uint64_t UsableMemoryBytes();
 // against this.
 uint64_t MemoryLeftBytes();
 
+// The address space a new std::thread's stack reserves (glibc's default:
+// ulimit -s, or its own where that is unlimited), which a program about to
+// start many threads under ulimit -v counts with its buffers.
+uint64_t ThreadStackBytes();
+
 // What MemoryLeftBytes counts from, as messages that quote it say.
 inline constexpr char kMemoryLeftSource[] =
     "the machine's, its cgroup's or its ulimit -v, less the address space it "

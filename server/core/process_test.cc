@@ -60,6 +60,30 @@ TEST(ProcessTest, WithoutAnAddressSpaceLimitMemoryLeftIsTheUsableMemory) {
   EXPECT_EQ(MemoryLeftBytes(), UsableMemoryBytes());
 }
 
+// A bench of 32 workers under a 300 MiB ulimit -v ended in std::system_error
+// when it counted only its buffers: each thread maps ThreadStackBytes.
+TEST(ProcessTest, AThreadMapsThreadStackBytes) {
+  const uint64_t stack = ThreadStackBytes();
+  EXPECT_GE(stack, uint64_t{64} << 10);
+  rlimit stack_limit;
+  ASSERT_EQ(getrlimit(RLIMIT_STACK, &stack_limit), 0);
+  if (stack_limit.rlim_cur != RLIM_INFINITY) {
+    EXPECT_EQ(stack, stack_limit.rlim_cur);
+  }
+  const uint64_t before = MappedBytes();
+  std::atomic<bool> measured{false};
+  std::atomic<bool> started{false};
+  std::thread thread([&] {
+    started = true;
+    while (!measured) std::this_thread::yield();
+  });
+  while (!started) std::this_thread::yield();
+  const uint64_t during = MappedBytes();
+  measured = true;
+  thread.join();
+  EXPECT_GE(during - before, stack);
+}
+
 // Each malloc arena past the first reserves 64 MiB of address space as its
 // thread first allocates; under ulimit -v eight of them took 512 MiB of the
 // CLI's limit, and gRPC then failed for want of a stack. There SetUpProcess
