@@ -779,15 +779,21 @@ int RunTranspose() {
         }
       }
     }
+    // A file that holds its transpose already is only read and written.
+    const uint64_t call_bytes = no_call ? 0 : kCallMemoryBytes;
+    const uint64_t buffers = no_call ? 1 : 2;
     if (const uint64_t left = MemoryLeftBytes();
-        left < kCallMemoryBytes ||
-        expected_bytes > (left - kCallMemoryBytes) / 2) {
+        left < call_bytes || expected_bytes > (left - call_bytes) / buffers) {
       return FailHere(absl::ResourceExhaustedError(absl::StrFormat(
-          "%s holds %s %s, %d bytes; with its result and the %d bytes a call "
-          "needs that is more than the %d bytes of memory this process may "
-          "still take (%s)",
+          "%s holds %s %s, %d bytes; %sthat is more than the %d bytes of "
+          "memory this process may still take (%s)",
           in_path, DataTypeName(input.dtype), ShapeToString(input.shape),
-          expected_bytes, kCallMemoryBytes, left, kMemoryLeftSource)));
+          expected_bytes,
+          no_call ? ""
+                  : absl::StrFormat("with its result and the %d bytes a call "
+                                    "needs ",
+                                    kCallMemoryBytes),
+          left, kMemoryLeftSource)));
     }
     // One byte more shows an input longer than its shape without reading all
     // of an endless pipe.

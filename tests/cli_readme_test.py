@@ -845,6 +845,37 @@ class CliReadmeTest(unittest.TestCase):
             self.transpose_sparse_float32_under_address_space_limit(9000, 9000, 700 << 20),
             2 * 9000 * 9000 * 4)
 
+    def test_a_large_fortran_order_input_needs_only_its_own_memory(self):
+        # A Fortran-order file holds its transpose already: 120 MB fits 300 MiB of address space
+        # alone, and it was refused as if it needed its result and a call's 128 MiB too. No
+        # server is asked (the address refuses connections).
+        rows, cols = 6000, 5000
+        src, out = self.path("fortran.npy"), self.path("fortran.T.npy")
+        with open(src, "wb") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": True, "shape": (rows, cols)})
+            data_offset = f.tell()
+            f.truncate(data_offset + rows * cols * 4)
+            # Element (r, c) lies at r + rows * c: a few that are not zero.
+            marked = [(0, 1, 1.5), (rows - 1, 0, 2.5), (17, cols - 1, -3.0), (rows - 1, cols - 1, 4.0)]
+            for r, c, value in marked:
+                f.seek(data_offset + 4 * (r + rows * c))
+                f.write(np.float32(value).tobytes())
+        try:
+            result = self.transpose_under_address_space_limit(src, out, 300 << 20,
+                                                              refused_address(self))
+        finally:
+            os.unlink(src)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("Fortran order: the file holds the transpose already", result.stderr)
+        transposed = np.load(out, mmap_mode="r")
+        self.assertEqual(transposed.shape, (cols, rows))
+        for r, c, value in marked:
+            self.assertEqual(transposed[c, r], value)
+        self.assertEqual(transposed[1, 1], 0)
+        del transposed
+        os.unlink(out)
+
     def test_under_a_tight_address_space_info_and_health_say_so_rather_than_hang(self):
         # gRPC short of a thread's stack never finished the call: both hung at 40 to 100 MiB.
         message = (r"^error: this process may take \d+ more bytes of memory .*, less than the "
