@@ -290,7 +290,9 @@ Client::RetryAdvice Client::ReadRetryAdvice(
 // as a message over gRPC's size limit or a matrix over the server's, and
 // repeating an oversized upload would only load the server.
 bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
-  if (advice.never) return false;
+  // This process out of memory for a chunk's copy: the server's pushback,
+  // should its refusal have arrived meanwhile, is not about that.
+  if (advice.never || IsInThisProcess(status)) return false;
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
       return true;
