@@ -1062,7 +1062,7 @@ int RunBenchCommand() {
   if (!metrics_url.empty()) {
     absl::StatusOr<std::string> text = FetchUrl(metrics_url);
     before = text.ok() ? ParseMetricsText(*text) : text.status();
-    if (!before.ok()) return Fail(before.status());
+    if (!before.ok()) return FailHere(before.status());
   }
   stop_on_signal.Arm();
   std::fprintf(
@@ -1092,7 +1092,7 @@ int RunBenchCommand() {
     while (true) {
       absl::StatusOr<std::string> text = FetchUrl(metrics_url);
       after = text.ok() ? ParseMetricsText(*text) : text.status();
-      if (!after.ok()) return Fail(after.status());
+      if (!after.ok()) return FailHere(after.status());
       if (OkRequestsCounted(*before, *after) >= succeeded ||
           absl::Now() > give_up) {
         break;

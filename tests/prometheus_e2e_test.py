@@ -346,6 +346,8 @@ class ObservabilityTest(unittest.TestCase):
         self.assertEqual(wrong.returncode, 1, wrong.stderr)
         self.assertIn(f"fetching http://{self.metrics}/nope: The requested URL returned error: "
                       "404", wrong.stderr)
+        # Without a status code, which would read as the transpose server's answer.
+        self.assertTrue(wrong.stderr.startswith("error: fetching "), wrong.stderr)
 
 
 if __name__ == "__main__":
