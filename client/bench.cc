@@ -48,7 +48,8 @@ absl::Status CheckBenchOptions(const BenchOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status CheckBenchMemory(const BenchOptions& options) {
+absl::Status CheckBenchMemory(const BenchOptions& options,
+                              uint64_t call_bytes) {
   TRANSPOSE_RETURN_IF_ERROR(CheckBenchOptions(options));
   const uint64_t bytes = *MatrixBytes(options.dtype, options.shape);
   const uint64_t buffers =
@@ -57,15 +58,15 @@ absl::Status CheckBenchMemory(const BenchOptions& options) {
   // under 300 MiB ended in std::system_error when only buffers counted.
   const uint64_t stacks = options.concurrency * ThreadStackBytes();
   const uint64_t memory = MemoryLeftBytes();
-  if (memory < kCallMemoryBytes + stacks ||
-      bytes > (memory - kCallMemoryBytes - stacks) / buffers) {
+  if (memory < call_bytes + stacks ||
+      bytes > (memory - call_bytes - stacks) / buffers) {
     return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
         "%d buffers of %d bytes (the input, %sone result per request in "
         "flight), %d worker threads' stacks of %d bytes and the %d bytes the "
         "calls need exceed the %d bytes of memory this process may still take "
         "(%s)",
         buffers, bytes, options.verify ? "the expected result, " : "",
-        options.concurrency, ThreadStackBytes(), kCallMemoryBytes, memory,
+        options.concurrency, ThreadStackBytes(), call_bytes, memory,
         kMemoryLeftSource)));
   }
   return absl::OkStatus();

@@ -59,9 +59,12 @@ absl::Status CheckBenchOptions(const BenchOptions& options);
 
 // Whether this machine has the memory for the bench, asked before anything is
 // allocated: RESOURCE_EXHAUSTED when its buffers (the input, the expected
-// result, one result per request in flight) and kCallMemoryBytes exceed the
-// memory this process may still take. CheckBenchOptions first.
-absl::Status CheckBenchMemory(const BenchOptions& options);
+// result, one result per request in flight), its workers' stacks and
+// `call_bytes` for gRPC's calls exceed the memory this process may still take.
+// Once the client has called, gRPC has mapped part of CallMemoryBytes, which
+// the caller leaves out of `call_bytes`. CheckBenchOptions first.
+absl::Status CheckBenchMemory(const BenchOptions& options,
+                              uint64_t call_bytes = CallMemoryBytes());
 
 // Whether the bench can run against this server, asked before anything is
 // allocated or timed: RESOURCE_EXHAUSTED for a matrix over the server's limit,

@@ -360,17 +360,44 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags(int default_attempts) {
   return options;
 }
 
-// Whether a call's memory is left, checked before a client is created: under
-// a ulimit -v that leaves less, gRPC 1.51 cannot start all of its threads and
-// then never finishes a call or its shutdown (info and health hung at 40 to
-// 100 MiB). `held` says what the process holds already, for the message.
-absl::Status CheckMemoryForCall(absl::string_view held = "") {
+// The part of MemoryLeftBytes that gRPC's calls still need: all of
+// CallMemoryBytes before a client has called, and less what the process
+// mapped meanwhile (gRPC's threads' stacks and buffers) after, as
+// MemoryLeftBytes no longer counts that as left. Counting the whole reserve
+// again once connected had bench at 64x64 refused under 400 MiB of ulimit -v
+// on a 16-core host, where it runs from 300 MiB.
+class CallReserve {
+ public:
+  // Just before the client is created.
+  void ClientStarting() { left_before_client_ = MemoryLeftBytes(); }
+  // After the client's first call, before this process allocates more.
+  void FirstCallMade() {
+    const uint64_t left = MemoryLeftBytes();
+    mapped_by_calls_ =
+        left_before_client_ > left ? left_before_client_ - left : 0;
+  }
+  uint64_t Bytes() const {
+    return CallMemoryBytes() - std::min(CallMemoryBytes(), mapped_by_calls_);
+  }
+
+ private:
+  uint64_t left_before_client_ = 0;
+  uint64_t mapped_by_calls_ = 0;
+};
+
+// Whether a call's memory (`call_bytes`, what the reserve says) is left:
+// under a ulimit -v that leaves less, gRPC 1.51 cannot start all of its
+// threads and then never finishes a call or its shutdown (info and health
+// hung at 40 to 100 MiB). `held` says what the process holds already, for the
+// message.
+absl::Status CheckMemoryForCall(absl::string_view held = "",
+                                uint64_t call_bytes = CallMemoryBytes()) {
   const uint64_t left = MemoryLeftBytes();
-  if (left >= kCallMemoryBytes) return absl::OkStatus();
+  if (left >= call_bytes) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrFormat(
       "%sthis process may take %d more bytes of memory (%s), less than the %d "
       "bytes a call needs",
-      held, left, kMemoryLeftSource, kCallMemoryBytes));
+      held, left, kMemoryLeftSource, call_bytes));
 }
 
 // For the commands that connect at once (info, health, bench).
@@ -706,8 +733,10 @@ int RunTranspose() {
   // then never finishes shutting down, so that an input refused here would
   // leave the process hanging at exit.
   std::unique_ptr<Client> client;
-  const auto connect = [&client, &client_options]() -> absl::Status {
+  CallReserve reserve;
+  const auto connect = [&client, &client_options, &reserve]() -> absl::Status {
     if (client != nullptr) return absl::OkStatus();
+    reserve.ClientStarting();
     absl::StatusOr<std::unique_ptr<Client>> created =
         Client::Create(*client_options);
     if (!created.ok()) return created.status();
@@ -765,12 +794,13 @@ int RunTranspose() {
     // meant for the transfer (a hung server would take twice that). Where not
     // even a call's memory is left, the memory check below refuses without
     // starting gRPC, which would then never finish shutting down.
-    if (!no_call && MemoryLeftBytes() >= kCallMemoryBytes) {
+    if (!no_call && MemoryLeftBytes() >= CallMemoryBytes()) {
       if (absl::Status connected = connect(); !connected.ok()) {
         return FailHere(connected);
       }
       absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo(
           std::min(Deadline(/*quick_call=*/true), absl::Seconds(5)));
+      reserve.FirstCallMade();
       if (info.ok()) {
         if (absl::Status under =
                 CheckMatrixUnderLimit(info->limits(), input.dtype, input.shape);
@@ -780,7 +810,7 @@ int RunTranspose() {
       }
     }
     // A file that holds its transpose already is only read and written.
-    const uint64_t call_bytes = no_call ? 0 : kCallMemoryBytes;
+    const uint64_t call_bytes = no_call ? 0 : reserve.Bytes();
     const uint64_t buffers = no_call ? 1 : 2;
     if (const uint64_t left = MemoryLeftBytes();
         left < call_bytes || expected_bytes > (left - call_bytes) / buffers) {
@@ -792,7 +822,7 @@ int RunTranspose() {
           no_call ? ""
                   : absl::StrFormat("with its result and the %d bytes a call "
                                     "needs ",
-                                    kCallMemoryBytes),
+                                    call_bytes),
           left, kMemoryLeftSource)));
     }
     // One byte more shows an input longer than its shape without reading all
@@ -885,7 +915,8 @@ int RunTranspose() {
   if (absl::Status memory = CheckMemoryForCall(
           absl::StrFormat("with the input and the result of %s held (%d "
                           "bytes each), ",
-                          in_path, result_bytes));
+                          in_path, result_bytes),
+          reserve.Bytes());
       !memory.ok()) {
     return FailHere(memory);
   }
@@ -1034,7 +1065,7 @@ int RunBenchCommand() {
   // ulimit -v Ctrl-C's watcher or some of gRPC's threads cannot start, and
   // gRPC 1.51 then never finishes shutting down. Otherwise the server's limit
   // is checked first.
-  if (MemoryLeftBytes() < kCallMemoryBytes) {
+  if (MemoryLeftBytes() < CallMemoryBytes()) {
     if (absl::Status memory = CheckBenchMemory(options); !memory.ok()) {
       return FailHere(memory);
     }
@@ -1046,15 +1077,17 @@ int RunBenchCommand() {
   StopOnSignal stop_on_signal(stop);
   options.call.canceller = &stop;
 
+  CallReserve reserve;
+  reserve.ClientStarting();
   absl::StatusOr<std::unique_ptr<Client>> client =
       MakeClient(/*default_attempts=*/1);
   if (!client.ok()) return FailHere(client.status());
-  if (absl::Status fits =
-          CheckBenchFits(**client, options, Deadline(/*quick_call=*/true));
-      !fits.ok()) {
-    return Fail(fits);
-  }
-  if (absl::Status memory = CheckBenchMemory(options); !memory.ok()) {
+  const absl::Status fits =
+      CheckBenchFits(**client, options, Deadline(/*quick_call=*/true));
+  reserve.FirstCallMade();
+  if (!fits.ok()) return Fail(fits);
+  if (absl::Status memory = CheckBenchMemory(options, reserve.Bytes());
+      !memory.ok()) {
     return FailHere(memory);
   }
   const std::string metrics_url = absl::GetFlag(FLAGS_metrics_url);

@@ -11,6 +11,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "proto/wire.h"
 #include "server/core/files.h"
 #include "server/core/notification.h"
+#include "server/core/process.h"
 #include "server/core/retry.h"
 #include "server/core/status_macros.h"
 #include "server/core/thread_random.h"
@@ -203,6 +205,11 @@ bool UsesTls(const ClientOptions& options) {
 
 bool MadeNoConnection(const absl::Status& status) {
   return status.GetPayload(kNoConnectionPayload).has_value();
+}
+
+uint64_t CallMemoryBytes() {
+  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return (uint64_t{64} << 20) + (cores + 6) * ThreadStackBytes();
 }
 
 constexpr char kInThisProcessPayload[] =

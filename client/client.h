@@ -86,11 +86,14 @@ inline constexpr int kMaxConnections = 64;
 
 // Memory a process needs for its calls beyond their matrices: gRPC's threads'
 // stacks and buffers. gRPC 1.51 hangs or crashes, rather than failing the
-// call, when it runs out of memory for those: under ulimit -v its 7 threads'
-// stacks and HTTP/2 buffers took about 64 MiB on the 2-core machine, and calls
-// with less left ended that way. A program about to hold matrices that large
-// keeps this much of MemoryLeftBytes (server/core/process.h) for the calls.
-inline constexpr uint64_t kCallMemoryBytes = uint64_t{128} << 20;
+// call, when it runs out of memory for those. Its threads grow with the cores:
+// 7 on the 2-core machine, where calls ended that way with up to about 70 MiB
+// left, and 21 on a 16-core host, where they did with up to 165 MiB and ran
+// from 185 MiB (docs/RELIABILITY.md). So 64 MiB, and a thread stack
+// (ThreadStackBytes, server/core/process.h) for each core and six more: 128 MiB
+// on the 2-core machine, 240 MiB with 16 cores. A program about to hold
+// matrices that large keeps this much of MemoryLeftBytes for the calls.
+uint64_t CallMemoryBytes();
 
 struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",
