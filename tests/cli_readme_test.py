@@ -894,11 +894,20 @@ class CliReadmeTest(unittest.TestCase):
 
     def test_a_large_input_under_a_tight_address_space_is_refused_without_connecting(self):
         # 120 MB, past the 64 MiB from which the header is checked first. Where not even a call's
-        # 128 MiB is left, the CLI must not connect to ask the server's limit: at 60 MiB gRPC,
-        # short of a thread, hung at exit after the refusal.
+        # memory is left, the CLI must not connect to ask the server's limit: at 60 MiB gRPC,
+        # short of a thread, hung at exit after the refusal. The server here is a listening
+        # socket, whose backlog shows any connection made.
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        listener.setblocking(False)
+        self.addCleanup(listener.close)
+        address = "127.0.0.1:%d" % listener.getsockname()[1]
         for limit in [mb << 20 for mb in (40, 60, 80)]:
             self.assertLess(self.transpose_sparse_float32_under_address_space_limit(
-                6000, 5000, limit, self.target), limit)
+                6000, 5000, limit, address), limit)
+            with self.assertRaises(BlockingIOError, msg=f"connected under {limit >> 20} MiB"):
+                listener.accept()[0].close()
 
     def test_under_a_tight_address_space_the_cli_transposes_or_says_it_is_out_of_memory(self):
         # gRPC 1.51 hangs or crashes when it runs out of memory itself (for a thread's stack or a
