@@ -179,11 +179,8 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
     }
   };
   std::vector<std::thread> threads;
-  try {
-    for (std::vector<uint8_t>& output : outputs) {
-      threads.emplace_back(worker, std::ref(output));
-    }
-  } catch (const std::system_error& error) {
+  threads.reserve(outputs.size());
+  const auto abandon = [&](const char* why) {
     // Past CheckBenchMemory's count (another process's memory, a thread
     // limit): the workers that started finish their call and stop.
     abandoned = true;
@@ -191,7 +188,16 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
     return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
         "could start only %d of the bench's %d worker threads: %s (the "
         "machine's memory, its cgroup's, its ulimit -v or its ulimit -u)",
-        threads.size(), outputs.size(), error.what())));
+        threads.size(), outputs.size(), why)));
+  };
+  try {
+    for (std::vector<uint8_t>& output : outputs) {
+      threads.emplace_back(worker, std::ref(output));
+    }
+  } catch (const std::system_error& error) {
+    return abandon(error.what());
+  } catch (const std::bad_alloc& error) {
+    return abandon(error.what());
   }
   for (std::thread& thread : threads) thread.join();
 
