@@ -376,13 +376,13 @@ class CallReserve {
     mapped_by_calls_ =
         left_before_client_ > left ? left_before_client_ - left : 0;
   }
-  // Never below 64 MiB, CallMemoryBytes' share for buffers: gRPC may have
-  // started more threads than it counts (more cores, --connections), and the
-  // call's HTTP/2 buffers are still to come.
+  // Never below kCallBufferBytes: gRPC may have started more threads than
+  // CallMemoryBytes counts (more cores, --connections), and the call's HTTP/2
+  // buffers are still to come.
   uint64_t Bytes() const {
-    constexpr uint64_t kBuffers = uint64_t{64} << 20;
     const uint64_t reserve = CallMemoryBytes();
-    return std::max(kBuffers, reserve - std::min(reserve, mapped_by_calls_));
+    return std::max(kCallBufferBytes,
+                    reserve - std::min(reserve, mapped_by_calls_));
   }
 
  private:
@@ -1069,10 +1069,9 @@ int RunBenchCommand() {
   // Where not even the calls fit, before any thread starts: under so tight a
   // ulimit -v Ctrl-C's watcher or some of gRPC's threads cannot start, and
   // gRPC 1.51 then never finishes shutting down. Otherwise the server's limit
-  // is checked first.
-  // Ctrl-C's watcher's stack counts with the calls': without it, MakeClient
-  // refused where this check passed, with a message that did not name the
-  // bench's buffers.
+  // is checked first. The watcher's stack counts with the calls': without it,
+  // MakeClient refused where this check passed, with a message that did not
+  // name the bench's buffers.
   if (const uint64_t watcher_and_calls = CallMemoryBytes() + ThreadStackBytes();
       MemoryLeftBytes() < watcher_and_calls) {
     if (absl::Status memory = CheckBenchMemory(options, watcher_and_calls);

@@ -209,7 +209,7 @@ bool MadeNoConnection(const absl::Status& status) {
 
 uint64_t CallMemoryBytes() {
   const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  return (uint64_t{64} << 20) + (cores + 6) * ThreadStackBytes();
+  return kCallBufferBytes + (cores + 6) * ThreadStackBytes();
 }
 
 constexpr char kInThisProcessPayload[] =

@@ -95,6 +95,9 @@ inline constexpr int kMaxConnections = 64;
 // matrices that large keeps this much of MemoryLeftBytes for the calls.
 uint64_t CallMemoryBytes();
 
+// The part of CallMemoryBytes for gRPC's buffers rather than its threads.
+inline constexpr uint64_t kCallBufferBytes = uint64_t{64} << 20;
+
 struct ClientOptions {
   // Any gRPC target: "host:port", "dns:///svc:50051",
   // "ipv4:10.0.0.1:50051,10.0.0.2:50051".
