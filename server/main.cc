@@ -48,6 +48,7 @@
 #include "server/engine.h"
 #include "server/gpu_presence.h"
 #include "server/grpc_server.h"
+#include "server/host_memory_plan.h"
 #include "server/metrics.h"
 #include "server/nvml_collector.h"
 #include "server/transpose_service.h"
@@ -94,7 +95,9 @@ ABSL_FLAG(uint64_t, device_pool_bytes, uint64_t{8} << 30,
           "jobs free it, per GPU; past it, freed memory goes back to the GPU.");
 ABSL_FLAG(uint64_t, max_inflight_bytes, uint64_t{8} << 30,
           "Bytes of matrices the server holds at once; requests past it get "
-          "RESOURCE_EXHAUSTED at once (0: no limit).");
+          "RESOURCE_EXHAUSTED at once (0: no limit). Lowered at start, with "
+          "--buffer_pool_bytes and gRPC's quota, where what these limits let "
+          "the server hold at worst does not fit the memory it may take.");
 ABSL_FLAG(uint64_t, max_transport_bytes, 0,
           "Roughly the memory gRPC may hold for received messages, all calls "
           "together (gRPC reads a whole message before it checks "
@@ -205,12 +208,56 @@ namespace {
 constexpr int kMetricsThreads = 64;
 constexpr int kMetricsRequestTimeoutMs = 1000;
 
-absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
-    const std::string& kind, Metrics& metrics) {
+// What the process takes of its memory beside the matrices, whatever it
+// admits: gRPC's own working memory (64 MiB, as the client counts a call's)
+// and, under ulimit -v, the stacks of the threads it has yet to start. gRPC
+// runs about one a core and six more (7 on the 2-core machine, 21 on the GPU
+// machine's 16-core host), the CPU transpose one a core, each device its
+// streams or workers, /metrics its own; the server a few more of its own.
+uint64_t HostMemoryReserveBytes(int devices) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int streams = std::max(1, absl::GetFlag(FLAGS_streams_per_device));
+  const int threads =
+      2 * cores + devices * streams + 16 +
+      (absl::GetFlag(FLAGS_metrics_address).empty() ? 0 : kMetricsThreads);
+  return (uint64_t{64} << 20) + ThreadsAddressSpaceBytes(threads);
+}
+
+// The limits of host memory for `devices` GPUs (0: the CPU), fitted to what
+// the process may still take.
+absl::StatusOr<HostMemoryPlan> PlanHostMemoryFor(int devices) {
+  HostMemoryFlags flags;
+  flags.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  flags.buffer_pool_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
+  flags.max_transport_bytes = absl::GetFlag(FLAGS_max_transport_bytes);
+  flags.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  HostMemoryUse use;
+  use.bytes_per_admitted_byte = devices > 0 ? 1.25 : 2;
+  use.pools = std::max(devices, 1);
+  use.reserve_bytes = HostMemoryReserveBytes(use.pools);
+  return PlanHostMemory(flags, use, MemoryLeftBytes());
+}
+
+struct Backends {
+  std::vector<std::unique_ptr<Backend>> list;
+  // Their limits, planned before they started; an error where the memory
+  // holds too little to serve (the backends then keep the flags' pools).
+  absl::StatusOr<HostMemoryPlan> memory;
+};
+
+uint64_t PoolBytes(const absl::StatusOr<HostMemoryPlan>& memory) {
+  return memory.ok() ? memory->buffer_pool_bytes
+                     : absl::GetFlag(FLAGS_buffer_pool_bytes);
+}
+
+absl::StatusOr<Backends> CreateBackends(const std::string& kind,
+                                        Metrics& metrics) {
+  Backends backends;
   if (kind == "cuda" || (kind == "auto" && CudaDeviceCount() > 0)) {
+    backends.memory = PlanHostMemoryFor(CudaDeviceCount());
     CudaBackendOptions options;
     options.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
-    options.max_idle_pinned_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
+    options.max_idle_pinned_bytes = PoolBytes(backends.memory);
     options.max_idle_device_bytes = absl::GetFlag(FLAGS_device_pool_bytes);
     options.hang_limit = absl::Seconds(absl::GetFlag(FLAGS_gpu_hang_seconds));
     options.testing_fault_after_jobs =
@@ -234,7 +281,10 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
     for (const absl::Status& why : cuda.failed) {
       Log(LogLevel::kWarning, "%s: not serving on it", why.message());
     }
-    if (!cuda.usable.empty()) return std::move(cuda.usable);
+    if (!cuda.usable.empty()) {
+      backends.list = std::move(cuda.usable);
+      return backends;
+    }
     Log(LogLevel::kWarning, "no GPU came up: serving on the CPU");
   } else if (kind == "auto") {
     if (const int listed = NvidiaGpuDeviceCount(
@@ -245,37 +295,13 @@ absl::StatusOr<std::vector<std::unique_ptr<Backend>>> CreateBackends(
           listed, listed == 1 ? "" : "s", WhyNoCudaDevice());
     }
   }
+  backends.memory = PlanHostMemoryFor(0);
   CpuBackendOptions options;
   options.workers = absl::GetFlag(FLAGS_streams_per_device);
   options.threads_per_job = absl::GetFlag(FLAGS_cpu_threads);
-  options.max_idle_buffer_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
-  std::vector<std::unique_ptr<Backend>> backends;
-  backends.push_back(std::make_unique<CpuBackend>(options, metrics));
+  options.max_idle_buffer_bytes = PoolBytes(backends.memory);
+  backends.list.push_back(std::make_unique<CpuBackend>(options, metrics));
   return backends;
-}
-
-// Adds without wrapping past what gRPC's signed quota arithmetic can hold.
-uint64_t QuotaSum(uint64_t a, uint64_t b) {
-  constexpr uint64_t kMax = INT64_MAX;
-  return a >= kMax || b >= kMax - a ? kMax : a + b;
-}
-
-// The smallest quota that leaves room for every admitted upload plus one more
-// message: the CPU backend transposes straight from the received messages, so
-// admitted uploads may sit in gRPC's buffers.
-uint64_t MinTransportQuota(uint64_t inflight, uint64_t message) {
-  return QuotaSum(inflight, message);
-}
-
-// gRPC's memory quota: by default the admission budget plus room for messages
-// not yet admitted and data in flight. Without an admission budget there is no
-// default quota either.
-// `message` is under 2 GiB (CheckFlags), so four of them cannot wrap.
-uint64_t TransportQuota(uint64_t flag, uint64_t inflight, uint64_t message) {
-  constexpr uint64_t kMinRoom = uint64_t{1} << 30;
-  if (flag > 0) return flag;
-  if (inflight == 0) return 0;
-  return QuotaSum(inflight, std::max(kMinRoom, 4 * message));
 }
 
 // Refuses flag values that cannot work, before anything starts: a zero
@@ -762,14 +788,36 @@ int Run(const std::vector<char*>& positional) {
   auto registry = std::make_shared<prometheus::Registry>();
   Metrics metrics(*registry, TRANSPOSE_VERSION);
 
-  absl::StatusOr<std::vector<std::unique_ptr<Backend>>> backends =
+  absl::StatusOr<Backends> backends =
       CreateBackends(absl::GetFlag(FLAGS_backend), metrics);
   if (!backends.ok()) {
     Log(LogLevel::kError, "no backend: %s", backends.status().ToString());
     return 1;
   }
+  if (!backends->memory.ok()) {
+    Log(LogLevel::kError, "host memory: %s",
+        backends->memory.status().message());
+    return 1;
+  }
+  const HostMemoryPlan memory = *backends->memory;
+  if (memory.lowered) {
+    Log(LogLevel::kWarning,
+        "host memory: the limits the flags set would let this server hold up "
+        "to %d bytes, more than the %d it may take (%s): lowered "
+        "--max_inflight_bytes to %d, --buffer_pool_bytes to %d and gRPC's "
+        "quota for received messages to %d, %d bytes at worst; set them to "
+        "fit, or give the server more memory",
+        memory.flags_worst_case_bytes, memory.memory_left_bytes,
+        kMemoryLeftSource, memory.max_inflight_bytes, memory.buffer_pool_bytes,
+        memory.transport_quota_bytes, memory.worst_case_bytes);
+  } else if (memory.worst_case_bytes > 0) {
+    Log(LogLevel::kInfo,
+        "host memory: up to %d bytes at worst under the flags' limits, of %d "
+        "this server may take",
+        memory.worst_case_bytes, memory.memory_left_bytes);
+  }
   std::vector<std::string> names;
-  for (const auto& backend : *backends) {
+  for (const auto& backend : backends->list) {
     const BackendInfo& info = backend->info();
     names.push_back(info.name);
     Log(LogLevel::kInfo, "backend %s: %s, %d streams, copy bandwidth %.1f GB/s",
@@ -798,14 +846,14 @@ int Run(const std::vector<char*>& positional) {
 
   EngineOptions engine_options;
   engine_options.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);
-  engine_options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  engine_options.max_inflight_bytes = memory.max_inflight_bytes;
   engine_options.max_inflight_requests =
       absl::GetFlag(FLAGS_max_inflight_requests);
   engine_options.max_inflight_bytes_per_caller =
       absl::GetFlag(FLAGS_max_inflight_bytes_per_peer);
   engine_options.max_inflight_requests_per_caller =
       absl::GetFlag(FLAGS_max_inflight_requests_per_peer);
-  Engine engine(*std::move(backends), engine_options);
+  Engine engine(std::move(backends->list), engine_options);
   // Said, since every larger request is refused for good (a budget meant in
   // KiB, say, would refuse nearly all).
   if (engine.options().max_matrix_bytes < engine_options.max_matrix_bytes) {
@@ -820,7 +868,7 @@ int Run(const std::vector<char*>& positional) {
   // every request: a 1 GiB request ran at 56.5% of its pooled throughput on
   // the H200 (docs/BENCHMARKS.md).
   const uint64_t largest_matrix = engine.options().max_matrix_bytes;
-  const uint64_t pool_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
+  const uint64_t pool_bytes = memory.buffer_pool_bytes;
   if (const uint64_t buffer = BufferPool::SizeClass(largest_matrix);
       buffer > pool_bytes) {
     Log(LogLevel::kWarning,
@@ -991,9 +1039,7 @@ int Run(const std::vector<char*>& positional) {
   }
   server_options.reflection = !access.enabled();
   server_options.max_message_bytes = service_options.max_message_bytes;
-  server_options.max_transport_bytes = TransportQuota(
-      absl::GetFlag(FLAGS_max_transport_bytes),
-      engine_options.max_inflight_bytes, service_options.max_message_bytes);
+  server_options.max_transport_bytes = memory.transport_quota_bytes;
   server_options.keepalive_time =
       absl::Seconds(absl::GetFlag(FLAGS_keepalive_seconds));
   server_options.keepalive_timeout =

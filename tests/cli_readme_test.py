@@ -62,6 +62,25 @@ def silent_address(test):
     return "127.0.0.1:%d" % held.getsockname()[1]
 
 
+def skip_where_address_sanitized(test, binary):
+    with open(binary, "rb") as f:
+        if b"__asan_init" in f.read():
+            test.skipTest("AddressSanitizer reserves terabytes of address space at start-up, "
+                          "which no ulimit -v leaves it")
+
+
+def address_space_limiter(limit):
+    """A preexec_fn that runs the child under ulimit -v `limit`."""
+    def limit_address_space():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        # ulimit -s 8192, most shells' default, which sizes each thread's stack.
+        hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+        resource.setrlimit(resource.RLIMIT_STACK, (
+            8 << 20 if hard == resource.RLIM_INFINITY else min(8 << 20, hard), hard))
+    return limit_address_space
+
+
 class SlowUploadRelay:
     """A TCP relay to `target` that passes what clients send at `rate` bytes a second, and the
     answers as they come: the connection (a handshake of a few hundred bytes) is made at once, and
@@ -787,21 +806,9 @@ class CliReadmeTest(unittest.TestCase):
     def cli_under_address_space_limit(self, limit, *args):
         """Runs the CLI with `args` under ulimit -v `limit`; fails the test if it has not ended
         in 60 s."""
-        with open(ARGS.cli, "rb") as f:
-            if b"__asan_init" in f.read():
-                self.skipTest("AddressSanitizer reserves terabytes of address space at start-up, "
-                              "which no ulimit -v leaves it")
-
-        def limit_address_space():
-            import resource
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            # ulimit -s 8192, most shells' default, which sizes each thread's stack.
-            hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
-            resource.setrlimit(resource.RLIMIT_STACK, (
-                8 << 20 if hard == resource.RLIM_INFINITY else min(8 << 20, hard), hard))
-
+        skip_where_address_sanitized(self, ARGS.cli)
         try:
-            return subprocess.run([ARGS.cli, *args], preexec_fn=limit_address_space,
+            return subprocess.run([ARGS.cli, *args], preexec_fn=address_space_limiter(limit),
                                   capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
             self.fail(f"{' '.join(args)} under ulimit -v {limit >> 10} hung")
@@ -1046,6 +1053,94 @@ class CliReadmeTest(unittest.TestCase):
         result = subprocess.run([ARGS.cli, "--version"], capture_output=True, text=True,
                                 timeout=60)
         self.assertRegex(result.stdout, r"^transpose \d+\.\d+")
+
+
+class ServerUnderAddressSpaceLimitTest(unittest.TestCase):
+    """The server under ulimit -v (as some containers and batch systems set; a container's memory
+    limit binds the same way, by killing the process): it fits its admission budget to the memory
+    it may use at start-up, so that a load that memory cannot hold is refused rather than crashing
+    it. Before, eight 64 MB calls at once crashed it (SIGSEGV in gRPC's allocator) under 800 to
+    1200 MiB (and 600 MiB in one of two sweeps)."""
+
+    def setUp(self):
+        self.server_binary = os.path.join(ARGS.build_dir, "server", "transpose_server")
+        skip_where_address_sanitized(self, self.server_binary)
+        import resource
+        if resource.getrlimit(resource.RLIMIT_AS)[1] != resource.RLIM_INFINITY:
+            self.skipTest("a hard ulimit -v may not leave room for the test's")
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        # What the server reserves for threads yet to start (HostMemoryReserveBytes, /metrics
+        # off): 64 MiB and an 8 MiB stack for each of 2 a core, 4 CPU workers and 16 more.
+        self.reserve = (64 << 20) + (2 * os.cpu_count() + 4 + 16) * (8 << 20)
+
+    def start_server(self, limit):
+        """Starts the server on the CPU under ulimit -v `limit`; returns it, its first line of
+        output and its log's path."""
+        log_path = os.path.join(self.tmp.name, "server.log")
+        with open(log_path, "w") as log:
+            server = subprocess.Popen(
+                [self.server_binary, "--backend=cpu", "--address=127.0.0.1:0",
+                 "--metrics_address="], stdout=subprocess.PIPE, stderr=log, text=True,
+                preexec_fn=address_space_limiter(limit))
+
+        def stop():
+            server.kill()
+            server.communicate(timeout=60)
+        self.addCleanup(stop)
+        return server, server.stdout.readline(), log_path
+
+    def cli(self, target, *args):
+        return subprocess.run([ARGS.cli, f"--server={target}", *args], capture_output=True,
+                              text=True, timeout=300)
+
+    def test_a_load_its_memory_cannot_hold_is_refused_not_a_crash(self):
+        server, line, log_path = self.start_server(self.reserve + (500 << 20))
+        with open(log_path) as f:
+            log = f.read()
+        self.assertTrue(line.startswith("listening on "), line + log)
+        target = "127.0.0.1:" + line.strip().rsplit(":", 1)[1]
+        lowered = re.search(r"WARNING host memory: the limits the flags set would let this "
+                            r"server hold up to \d+ bytes, more than the \d+ it may take "
+                            r"\(.*\): lowered --max_inflight_bytes to (\d+)", log)
+        self.assertIsNotNone(lowered, log)
+        budget = int(lowered.group(1))
+        self.assertGreaterEqual(budget, 16 << 20)
+        self.assertLess(budget, 4 * (64 << 20))
+
+        # Eight 64 MB calls at once, more than the budget.
+        result = self.cli(target, "bench", "--concurrency=8", "--count=16",
+                          "--shape=4096x4096", "--attempts=1")
+        self.assertIsNone(server.poll(), result.stdout + result.stderr)
+        self.assertIn("first error: RESOURCE_EXHAUSTED: ", result.stdout)
+        self.assertNotIn("UNAVAILABLE", result.stdout + result.stderr)
+
+        # A matrix over the budget is refused before it is sent; one within it is transposed.
+        over = np.zeros((budget // 4096 + 1, 1024), np.float32)
+        np.save(os.path.join(self.tmp.name, "over.npy"), over)
+        result = self.cli(target, "transpose", f"--in={self.tmp.name}/over.npy",
+                          f"--out={self.tmp.name}/over.T.npy")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn(f"matrix of {over.nbytes} bytes exceeds the server's limit of {budget} "
+                      "bytes", result.stderr)
+        a = random_array(np.float32, (1000, 777), np.random.default_rng(11))
+        np.save(os.path.join(self.tmp.name, "a.npy"), a)
+        result = self.cli(target, "transpose", f"--in={self.tmp.name}/a.npy",
+                          f"--out={self.tmp.name}/a.T.npy")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(same(np.load(os.path.join(self.tmp.name, "a.T.npy")),
+                             np.ascontiguousarray(a.T)))
+        self.assertIsNone(server.poll())
+
+    def test_memory_that_cannot_hold_a_budget_is_refused_at_start(self):
+        server, line, log_path = self.start_server(self.reserve + (60 << 20))
+        self.assertEqual(line, "")
+        self.assertEqual(server.wait(timeout=60), 1)
+        with open(log_path) as f:
+            log = f.read()
+        self.assertRegex(log, r"ERROR host memory: the \d+ bytes of memory this server may still "
+                              r"take cannot hold even 1048576 bytes of matrices")
+        self.assertIn("give it more memory", log)
 
 
 if __name__ == "__main__":

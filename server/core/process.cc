@@ -80,6 +80,11 @@ uint64_t ThreadStackBytes() {
   return bytes;
 }
 
+uint64_t ThreadsAddressSpaceBytes(int threads) {
+  if (!AddressSpaceLimitBytes().has_value() || threads <= 0) return 0;
+  return static_cast<uint64_t>(threads) * ThreadStackBytes();
+}
+
 bool FitsHostMemory(uint64_t bytes) { return bytes <= UsableMemoryBytes() / 2; }
 
 }  // namespace transpose

@@ -37,6 +37,11 @@ uint64_t MemoryLeftBytes();
 // start many threads under ulimit -v counts with its buffers.
 uint64_t ThreadStackBytes();
 
+// What `threads` threads yet to start take of MemoryLeftBytes: their stacks'
+// address space under an address-space limit; elsewhere nothing worth
+// counting, since only the stack pages they touch hold memory.
+uint64_t ThreadsAddressSpaceBytes(int threads);
+
 // What MemoryLeftBytes counts from, as messages that quote it say.
 inline constexpr char kMemoryLeftSource[] =
     "the machine's, its cgroup's or its ulimit -v, less the address space it "

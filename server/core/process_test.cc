@@ -63,6 +63,26 @@ TEST(ProcessTest, WithoutAnAddressSpaceLimitMemoryLeftIsTheUsableMemory) {
   EXPECT_EQ(MemoryLeftBytes(), UsableMemoryBytes());
 }
 
+// Threads' stacks count against ulimit -v whole, but hold only the pages
+// they touch: a server planning its memory reserves them only under a limit.
+TEST(ProcessTest, ThreadsTakeAddressSpaceOnlyUnderALimit) {
+  rlimit before;
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &before), 0);
+  if (before.rlim_cur != RLIM_INFINITY || before.rlim_max != RLIM_INFINITY) {
+    GTEST_SKIP() << "this process runs under ulimit -v";
+  }
+  EXPECT_EQ(ThreadsAddressSpaceBytes(16), 0u);
+  rlimit lowered = before;
+  lowered.rlim_cur = MappedBytes() + (uint64_t{1} << 30);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &lowered), 0);
+  const uint64_t sixteen = ThreadsAddressSpaceBytes(16);
+  const uint64_t none = ThreadsAddressSpaceBytes(0);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  EXPECT_EQ(sixteen, 16 * ThreadStackBytes());
+  EXPECT_GT(sixteen, 0u);
+  EXPECT_EQ(none, 0u);
+}
+
 // A bench of 32 workers under a 300 MiB ulimit -v ended in std::system_error
 // when it counted only its buffers: each thread maps ThreadStackBytes.
 TEST(ProcessTest, AThreadMapsThreadStackBytes) {
