@@ -57,6 +57,7 @@ absl::StatusOr<HostMemoryPlan> PlanHostMemory(const HostMemoryFlags& flags,
                                               uint64_t memory_left) {
   HostMemoryPlan plan;
   plan.max_inflight_bytes = flags.max_inflight_bytes;
+  plan.max_inflight_bytes_per_peer = flags.max_inflight_bytes_per_peer;
   plan.buffer_pool_bytes = flags.buffer_pool_bytes;
   plan.transport_quota_bytes =
       TransportQuota(flags.max_transport_bytes, flags.max_inflight_bytes,
@@ -67,6 +68,7 @@ absl::StatusOr<HostMemoryPlan> PlanHostMemory(const HostMemoryFlags& flags,
                 plan.transport_quota_bytes);
   plan.flags_worst_case_bytes = plan.worst_case_bytes;
   plan.memory_left_bytes = memory_left;
+  plan.reserve_bytes = use.reserve_bytes;
   if (plan.worst_case_bytes <= memory_left) return plan;
 
   // Room for messages not yet admitted, in proportion to the memory: the
@@ -82,6 +84,13 @@ absl::StatusOr<HostMemoryPlan> PlanHostMemory(const HostMemoryFlags& flags,
   const auto lowered = [&](uint64_t inflight) {
     HostMemoryPlan fit = plan;
     fit.max_inflight_bytes = inflight;
+    // A share set as a part of the budget stays that part; at least 1 byte.
+    if (flags.max_inflight_bytes_per_peer > 0) {
+      fit.max_inflight_bytes_per_peer = std::max<uint64_t>(
+          1, static_cast<uint64_t>(
+                 static_cast<long double>(flags.max_inflight_bytes_per_peer) *
+                 inflight / flags.max_inflight_bytes));
+    }
     fit.buffer_pool_bytes = std::min<uint64_t>(flags.buffer_pool_bytes,
                                                BufferPool::SizeClass(inflight));
     fit.transport_quota_bytes =
@@ -103,16 +112,18 @@ absl::StatusOr<HostMemoryPlan> PlanHostMemory(const HostMemoryFlags& flags,
       too_large = middle;
     }
   }
-  if (fits * kMiB < kMinBudgetBytes) {
-    const HostMemoryPlan smallest = lowered(kMinBudgetBytes);
+  const uint64_t least = std::min(kMinBudgetBytes, flags.max_inflight_bytes);
+  if (fits * kMiB < least) {
+    const HostMemoryPlan smallest = lowered(least);
+    if (smallest.worst_case_bytes <= memory_left) return smallest;
     return absl::FailedPreconditionError(absl::StrFormat(
         "the %d bytes of memory this server may still take cannot hold even "
         "%d bytes of matrices: with gRPC's buffers for them and one %d-byte "
         "message (--max_message_bytes) and the %d bytes its threads and gRPC "
         "need, that is %d bytes at worst; give it more memory (its "
         "container's limit, its ulimit -v) or lower --max_message_bytes",
-        memory_left, kMinBudgetBytes, flags.max_message_bytes,
-        use.reserve_bytes, smallest.worst_case_bytes));
+        memory_left, least, flags.max_message_bytes, use.reserve_bytes,
+        smallest.worst_case_bytes));
   }
   return lowered(fits * kMiB);
 }

@@ -30,14 +30,16 @@ struct HostMemoryFlags {
   uint64_t buffer_pool_bytes = 0;    // Idle buffers kept, per device.
   uint64_t max_transport_bytes = 0;  // 0: TransportQuota's default.
   uint64_t max_message_bytes = 0;
+  uint64_t max_inflight_bytes_per_peer = 0;  // 0: no limit.
 };
 
 // How the backend and the process use host memory beside the flags.
 struct HostMemoryUse {
-  // Host bytes a job holds per byte of its matrix: on the CPU, a result and
-  // a copy of an input it cannot read from gRPC's messages (2); for a GPU, a
-  // pinned buffer rounded up to its size class (up to 1.25).
-  double bytes_per_admitted_byte = 2;
+  // Host bytes a job holds per byte of its matrix, its buffers rounded up to
+  // their size class (up to a quarter more): on the CPU, a result and a copy
+  // of an input it cannot read from gRPC's messages (2.5); for a GPU, one
+  // pinned buffer (1.25).
+  double bytes_per_admitted_byte = 2.5;
   int pools = 1;  // One per device.
   // What the process takes whatever it admits: the stacks of threads yet to
   // start (under ulimit -v), gRPC's own working memory.
@@ -47,6 +49,7 @@ struct HostMemoryUse {
 // The limits the server runs with.
 struct HostMemoryPlan {
   uint64_t max_inflight_bytes = 0;
+  uint64_t max_inflight_bytes_per_peer = 0;
   uint64_t buffer_pool_bytes = 0;
   uint64_t transport_quota_bytes = 0;  // Resolved: TransportQuota's value.
   // The most host memory these limits let the server hold (deploy/README.md
@@ -56,14 +59,16 @@ struct HostMemoryPlan {
   // What they were fitted to: the flags' worst case and the memory left.
   uint64_t flags_worst_case_bytes = 0;
   uint64_t memory_left_bytes = 0;
+  uint64_t reserve_bytes = 0;  // HostMemoryUse's, part of each worst case.
 };
 
 // The flags' limits where their worst case fits `memory_left`, the memory the
 // process may still take; else the largest admission budget under
 // --max_inflight_bytes whose worst case does, with the pool lowered to that
 // budget's buffer and gRPC's quota to the budget plus at most a quarter of the
-// memory left (but one message at least). FAILED_PRECONDITION when not even a
-// budget of one message's minimum (1 MiB) fits. With no admission limit the
+// memory left (but one message at least), and each client host's share in
+// proportion. FAILED_PRECONDITION when not even a budget of one message's
+// minimum (1 MiB, or the flag where less) fits. With no admission limit the
 // flags are kept as they are: nothing bounds what the server holds.
 absl::StatusOr<HostMemoryPlan> PlanHostMemory(const HostMemoryFlags& flags,
                                               const HostMemoryUse& use,

@@ -25,7 +25,7 @@ HostMemoryFlags DefaultFlags() {
 
 HostMemoryUse CpuUse() {
   HostMemoryUse use;
-  use.bytes_per_admitted_byte = 2;
+  use.bytes_per_admitted_byte = 2.5;
   use.pools = 1;
   use.reserve_bytes = 100 * kMiB;
   return use;
@@ -48,11 +48,13 @@ TEST(PlanHostMemoryTest, LimitsThatFitAreKeptWithTheirWorstCase) {
   EXPECT_EQ(plan->max_inflight_bytes, 8 * kGiB);
   EXPECT_EQ(plan->buffer_pool_bytes, 4 * kGiB);
   EXPECT_EQ(plan->transport_quota_bytes, 9 * kGiB);
-  // Results and input copies, the pool, gRPC's quota, the reserve.
+  // Results and input copies in their size classes, the pool, gRPC's quota,
+  // the reserve.
   EXPECT_EQ(plan->worst_case_bytes,
-            16 * kGiB + 4 * kGiB + 9 * kGiB + 100 * kMiB);
+            20 * kGiB + 4 * kGiB + 9 * kGiB + 100 * kMiB);
   EXPECT_EQ(plan->flags_worst_case_bytes, plan->worst_case_bytes);
   EXPECT_EQ(plan->memory_left_bytes, 64 * kGiB);
+  EXPECT_EQ(plan->reserve_bytes, 100 * kMiB);
 }
 
 // deploy/README.md: "about 23 GiB with the defaults on one GPU", under the
@@ -88,7 +90,7 @@ uint64_t LoweredWorstCase(const HostMemoryFlags& flags,
          use.pools * pool + inflight + room + use.reserve_bytes;
 }
 
-// This machine: 24 GiB, where the defaults could hold 29 GiB.
+// This machine: 24 GiB, where the defaults could hold 33 GiB.
 TEST(PlanHostMemoryTest, TooLittleMemoryLowersTheBudgetToTheLargestThatFits) {
   const uint64_t left = 24 * kGiB;
   const HostMemoryFlags flags = DefaultFlags();
@@ -193,6 +195,41 @@ TEST(PlanHostMemoryTest, HugeLimitsDoNotWrap) {
   EXPECT_EQ(plan->flags_worst_case_bytes, uint64_t{INT64_MAX});
   EXPECT_LE(plan->worst_case_bytes, 24 * kGiB);
   EXPECT_GT(plan->max_inflight_bytes, 4 * kGiB);
+}
+
+// --max_inflight_bytes_per_peer set at a quarter of the budget stays a
+// quarter of the lowered one, so one client cannot take all of it.
+TEST(PlanHostMemoryTest, EachClientHostsShareComesDownInProportion) {
+  HostMemoryFlags flags = DefaultFlags();
+  flags.max_inflight_bytes_per_peer = 2 * kGiB;
+  absl::StatusOr<HostMemoryPlan> plan =
+      PlanHostMemory(flags, CpuUse(), 2 * kGiB);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->lowered);
+  EXPECT_EQ(plan->max_inflight_bytes_per_peer, plan->max_inflight_bytes / 4);
+  // Unset, it stays unset; where the flags fit, it stays what it was.
+  flags.max_inflight_bytes_per_peer = 0;
+  plan = PlanHostMemory(flags, CpuUse(), 2 * kGiB);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->max_inflight_bytes_per_peer, 0u);
+  flags.max_inflight_bytes_per_peer = 2 * kGiB;
+  plan = PlanHostMemory(flags, CpuUse(), 64 * kGiB);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->max_inflight_bytes_per_peer, 2 * kGiB);
+}
+
+// A budget set below 1 MiB is not refused for not fitting 1 MiB.
+TEST(PlanHostMemoryTest, ABudgetUnderOneMiBIsKeptWhereItFits) {
+  HostMemoryFlags flags = DefaultFlags();
+  flags.max_inflight_bytes = 512 << 10;
+  flags.max_message_bytes = kMiB;
+  flags.max_transport_bytes = 8 * kGiB;  // Too much for the memory.
+  absl::StatusOr<HostMemoryPlan> plan =
+      PlanHostMemory(flags, CpuUse(), 200 * kMiB);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->lowered);
+  EXPECT_EQ(plan->max_inflight_bytes, 512u << 10);
+  EXPECT_LE(plan->worst_case_bytes, 200 * kMiB);
 }
 
 }  // namespace

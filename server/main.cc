@@ -89,22 +89,24 @@ ABSL_FLAG(uint64_t, response_chunk_bytes, uint64_t{1} << 20,
 ABSL_FLAG(
     uint64_t, buffer_pool_bytes, uint64_t{4} << 30,
     "Released host buffers (pinned, for GPUs) kept for reuse, per device. "
-    "Memory the server keeps between requests, on top of what they hold.");
+    "Memory the server keeps between requests, on top of what they hold. "
+    "Lowered at start with --max_inflight_bytes.");
 ABSL_FLAG(uint64_t, device_pool_bytes, uint64_t{8} << 30,
           "Device memory (a job needs twice its matrix) kept for reuse once "
           "jobs free it, per GPU; past it, freed memory goes back to the GPU.");
 ABSL_FLAG(uint64_t, max_inflight_bytes, uint64_t{8} << 30,
           "Bytes of matrices the server holds at once; requests past it get "
           "RESOURCE_EXHAUSTED at once (0: no limit). Lowered at start, with "
-          "--buffer_pool_bytes and gRPC's quota, where what these limits let "
-          "the server hold at worst does not fit the memory it may take.");
+          "--max_inflight_bytes_per_peer in proportion, --buffer_pool_bytes "
+          "and gRPC's quota, where what these limits let the server hold at "
+          "worst does not fit the memory it may take.");
 ABSL_FLAG(uint64_t, max_transport_bytes, 0,
           "Roughly the memory gRPC may hold for received messages, all calls "
           "together (gRPC reads a whole message before it checks "
           "--max_message_bytes). 0: --max_inflight_bytes plus the larger of "
           "1 GiB and 4 x --max_message_bytes (no limit when "
           "--max_inflight_bytes is 0). Else at least --max_inflight_bytes + "
-          "--max_message_bytes.");
+          "--max_message_bytes. Lowered at start with --max_inflight_bytes.");
 ABSL_FLAG(int, max_inflight_requests, 256,
           "Requests the server holds at once; past it, RESOURCE_EXHAUSTED at "
           "once (0: no limit).");
@@ -208,19 +210,35 @@ namespace {
 constexpr int kMetricsThreads = 64;
 constexpr int kMetricsRequestTimeoutMs = 1000;
 
+// The CPU backend's transpose threads: each worker transposes on a team of
+// its own.
+int64_t CpuTransposeThreads() {
+  const int64_t cores = kernels::UsableCores();
+  const int streams = absl::GetFlag(FLAGS_streams_per_device);
+  const int cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  return (streams == 0 ? cores : streams) *
+         (cpu_threads == 0 ? cores : cpu_threads);
+}
+
 // What the process takes of its memory beside the matrices, whatever it
-// admits: gRPC's own working memory (64 MiB, as the client counts a call's)
-// and, under ulimit -v, the stacks of the threads it has yet to start. gRPC
-// runs about one a core and six more (7 on the 2-core machine, 21 on the GPU
-// machine's 16-core host), the CPU transpose one a core, each device its
-// streams or workers, /metrics its own; the server a few more of its own.
+// admits: gRPC's own working memory (64 MiB, as the client counts a call's),
+// what it holds already where MemoryLeftBytes does not count it, and, under
+// ulimit -v, the stacks of the threads it has yet to start. gRPC runs about
+// one a core and a few more (7 on the 2-core machine, 21 on the GPU machine's
+// 16-core host); the CPU backend a team per worker and one more to calibrate,
+// each GPU a thread per stream; /metrics its own; the server a few more.
 uint64_t HostMemoryReserveBytes(int devices) {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  const int streams = std::max(1, absl::GetFlag(FLAGS_streams_per_device));
-  const int threads =
-      2 * cores + devices * streams + 16 +
+  const int64_t cores = std::thread::hardware_concurrency();
+  const int64_t backend_threads =
+      devices > 0
+          ? devices * std::max(1, absl::GetFlag(FLAGS_streams_per_device))
+          : CpuTransposeThreads() + kernels::UsableCores();
+  const int64_t threads =
+      (cores + 6) + backend_threads + 16 +
       (absl::GetFlag(FLAGS_metrics_address).empty() ? 0 : kMetricsThreads);
-  return (uint64_t{64} << 20) + ThreadsAddressSpaceBytes(threads);
+  return (uint64_t{64} << 20) + MemoryHeldBytes() +
+         ThreadsAddressSpaceBytes(
+             static_cast<int>(std::min<int64_t>(threads, 1 << 20)));
 }
 
 // The limits of host memory for `devices` GPUs (0: the CPU), fitted to what
@@ -231,8 +249,10 @@ absl::StatusOr<HostMemoryPlan> PlanHostMemoryFor(int devices) {
   flags.buffer_pool_bytes = absl::GetFlag(FLAGS_buffer_pool_bytes);
   flags.max_transport_bytes = absl::GetFlag(FLAGS_max_transport_bytes);
   flags.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  flags.max_inflight_bytes_per_peer =
+      absl::GetFlag(FLAGS_max_inflight_bytes_per_peer);
   HostMemoryUse use;
-  use.bytes_per_admitted_byte = devices > 0 ? 1.25 : 2;
+  use.bytes_per_admitted_byte = devices > 0 ? 1.25 : 2.5;
   use.pools = std::max(devices, 1);
   use.reserve_bytes = HostMemoryReserveBytes(use.pools);
   return PlanHostMemory(flags, use, MemoryLeftBytes());
@@ -240,24 +260,21 @@ absl::StatusOr<HostMemoryPlan> PlanHostMemoryFor(int devices) {
 
 struct Backends {
   std::vector<std::unique_ptr<Backend>> list;
-  // Their limits, planned before they started; an error where the memory
-  // holds too little to serve (the backends then keep the flags' pools).
+  // Their limits, planned before they started; an error, and no backends,
+  // where the memory holds too little to serve.
   absl::StatusOr<HostMemoryPlan> memory;
 };
-
-uint64_t PoolBytes(const absl::StatusOr<HostMemoryPlan>& memory) {
-  return memory.ok() ? memory->buffer_pool_bytes
-                     : absl::GetFlag(FLAGS_buffer_pool_bytes);
-}
 
 absl::StatusOr<Backends> CreateBackends(const std::string& kind,
                                         Metrics& metrics) {
   Backends backends;
   if (kind == "cuda" || (kind == "auto" && CudaDeviceCount() > 0)) {
     backends.memory = PlanHostMemoryFor(CudaDeviceCount());
+    // Calibrating pins a buffer: nothing starts where nothing could serve.
+    if (!backends.memory.ok()) return backends;
     CudaBackendOptions options;
     options.streams_per_device = absl::GetFlag(FLAGS_streams_per_device);
-    options.max_idle_pinned_bytes = PoolBytes(backends.memory);
+    options.max_idle_pinned_bytes = backends.memory->buffer_pool_bytes;
     options.max_idle_device_bytes = absl::GetFlag(FLAGS_device_pool_bytes);
     options.hang_limit = absl::Seconds(absl::GetFlag(FLAGS_gpu_hang_seconds));
     options.testing_fault_after_jobs =
@@ -296,10 +313,11 @@ absl::StatusOr<Backends> CreateBackends(const std::string& kind,
     }
   }
   backends.memory = PlanHostMemoryFor(0);
+  if (!backends.memory.ok()) return backends;
   CpuBackendOptions options;
   options.workers = absl::GetFlag(FLAGS_streams_per_device);
   options.threads_per_job = absl::GetFlag(FLAGS_cpu_threads);
-  options.max_idle_buffer_bytes = PoolBytes(backends.memory);
+  options.max_idle_buffer_bytes = backends.memory->buffer_pool_bytes;
   backends.list.push_back(std::make_unique<CpuBackend>(options, metrics));
   return backends;
 }
@@ -436,17 +454,15 @@ absl::Status CheckFlags() {
   // stream per device instead.)
   if (backend == "cpu" || (backend == "auto" && CudaDeviceCount() == 0)) {
     constexpr int64_t kMaxCpuThreads = 4096;
-    const int64_t cores = kernels::UsableCores();
-    const int streams = absl::GetFlag(FLAGS_streams_per_device);
-    const int cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
-    const int64_t threads = (streams == 0 ? cores : streams) *
-                            (cpu_threads == 0 ? cores : cpu_threads);
+    const int64_t threads = CpuTransposeThreads();
     if (threads > kMaxCpuThreads) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--streams_per_device=%d (CPU workers) with --cpu_threads=%d each: "
           "%d transpose threads; expected at most %d together (0 counts one "
           "per usable core, %d here)",
-          streams, cpu_threads, threads, kMaxCpuThreads, cores));
+          absl::GetFlag(FLAGS_streams_per_device),
+          absl::GetFlag(FLAGS_cpu_threads), threads, kMaxCpuThreads,
+          kernels::UsableCores()));
     }
   }
   const std::string address = absl::GetFlag(FLAGS_address);
@@ -803,18 +819,25 @@ int Run(const std::vector<char*>& positional) {
   if (memory.lowered) {
     Log(LogLevel::kWarning,
         "host memory: the limits the flags set would let this server hold up "
-        "to %d bytes, more than the %d it may take (%s): lowered "
-        "--max_inflight_bytes to %d, --buffer_pool_bytes to %d and gRPC's "
+        "to %d bytes (%d of them for its threads and gRPC), more than the %d "
+        "it may take (%s): lowered "
+        "--max_inflight_bytes to %d%s, --buffer_pool_bytes to %d and gRPC's "
         "quota for received messages to %d, %d bytes at worst; set them to "
         "fit, or give the server more memory",
-        memory.flags_worst_case_bytes, memory.memory_left_bytes,
-        kMemoryLeftSource, memory.max_inflight_bytes, memory.buffer_pool_bytes,
-        memory.transport_quota_bytes, memory.worst_case_bytes);
+        memory.flags_worst_case_bytes, memory.reserve_bytes,
+        memory.memory_left_bytes, kMemoryLeftSource, memory.max_inflight_bytes,
+        memory.max_inflight_bytes_per_peer == 0
+            ? ""
+            : absl::StrFormat(" (--max_inflight_bytes_per_peer to %d)",
+                              memory.max_inflight_bytes_per_peer),
+        memory.buffer_pool_bytes, memory.transport_quota_bytes,
+        memory.worst_case_bytes);
   } else if (memory.worst_case_bytes > 0) {
     Log(LogLevel::kInfo,
-        "host memory: up to %d bytes at worst under the flags' limits, of %d "
-        "this server may take",
-        memory.worst_case_bytes, memory.memory_left_bytes);
+        "host memory: up to %d bytes at worst under the flags' limits (%d of "
+        "them for its threads and gRPC), of %d this server may take",
+        memory.worst_case_bytes, memory.reserve_bytes,
+        memory.memory_left_bytes);
   }
   std::vector<std::string> names;
   for (const auto& backend : backends->list) {
@@ -850,7 +873,7 @@ int Run(const std::vector<char*>& positional) {
   engine_options.max_inflight_requests =
       absl::GetFlag(FLAGS_max_inflight_requests);
   engine_options.max_inflight_bytes_per_caller =
-      absl::GetFlag(FLAGS_max_inflight_bytes_per_peer);
+      memory.max_inflight_bytes_per_peer;
   engine_options.max_inflight_requests_per_caller =
       absl::GetFlag(FLAGS_max_inflight_requests_per_peer);
   Engine engine(std::move(backends->list), engine_options);

@@ -9,6 +9,7 @@ import argparse
 import io
 import os
 import re
+import select
 import signal
 import socket
 import struct
@@ -1070,13 +1071,21 @@ class ServerUnderAddressSpaceLimitTest(unittest.TestCase):
             self.skipTest("a hard ulimit -v may not leave room for the test's")
         self.tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self.tmp.cleanup)
-        # What the server reserves for threads yet to start (HostMemoryReserveBytes, /metrics
-        # off): 64 MiB and an 8 MiB stack for each of 2 a core, 4 CPU workers and 16 more.
-        self.reserve = (64 << 20) + (2 * os.cpu_count() + 4 + 16) * (8 << 20)
+        # What the server reserves for its threads (their stacks count whole under ulimit -v)
+        # and gRPC, as it says at start under a limit that holds its defaults' worst case.
+        server, line, log_path = self.start_server(64 << 30)
+        server.kill()
+        server.wait(timeout=60)
+        with open(log_path) as f:
+            log = f.read()
+        reserve = re.search(r"\((\d+) of them for its threads and gRPC\)", log)
+        self.assertIsNotNone(reserve, log)
+        self.reserve = int(reserve.group(1))
 
     def start_server(self, limit):
         """Starts the server on the CPU under ulimit -v `limit`; returns it, its first line of
-        output and its log's path."""
+        output (empty if it exits first, and the test fails if neither comes within 60 s) and its
+        log's path."""
         log_path = os.path.join(self.tmp.name, "server.log")
         with open(log_path, "w") as log:
             server = subprocess.Popen(
@@ -1088,6 +1097,9 @@ class ServerUnderAddressSpaceLimitTest(unittest.TestCase):
             server.kill()
             server.communicate(timeout=60)
         self.addCleanup(stop)
+        ready, _, _ = select.select([server.stdout], [], [], 60)
+        if not ready:
+            self.fail(f"the server under ulimit -v {limit >> 10} neither listened nor exited")
         return server, server.stdout.readline(), log_path
 
     def cli(self, target, *args):
@@ -1101,7 +1113,8 @@ class ServerUnderAddressSpaceLimitTest(unittest.TestCase):
         self.assertTrue(line.startswith("listening on "), line + log)
         target = "127.0.0.1:" + line.strip().rsplit(":", 1)[1]
         lowered = re.search(r"WARNING host memory: the limits the flags set would let this "
-                            r"server hold up to \d+ bytes, more than the \d+ it may take "
+                            r"server hold up to \d+ bytes \(\d+ of them for its threads and gRPC\), "
+                            r"more than the \d+ it may take "
                             r"\(.*\): lowered --max_inflight_bytes to (\d+)", log)
         self.assertIsNotNone(lowered, log)
         budget = int(lowered.group(1))

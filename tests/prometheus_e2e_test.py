@@ -72,10 +72,10 @@ def wait_for(predicate, timeout, what):
 
 class ObservabilityTest(unittest.TestCase):
     PODS = ("pod-a", "pod-b")
-    LIMIT_BYTES = 6 << 30
+    LIMIT_BYTES = 3 << 30
     LIMIT_REQUESTS = 100
     # Each client host's share (the tests here stay far below it).
-    LIMIT_BYTES_PER_PEER = 5 << 30
+    LIMIT_BYTES_PER_PEER = 2 << 30
     LIMIT_REQUESTS_PER_PEER = 90
 
     @classmethod

@@ -1797,7 +1797,10 @@ std::set<int> ClientPortsTo(int server_port) {
 TEST_F(ReliabilityTest, ABudgetThatLimitsTheMatricesIsWarnedOfAtStart) {
   for (const bool limited : {true, false}) {
     const ServerLog server_log;
-    auto server = Start({limited ? "--max_inflight_bytes_per_peer=1024"
+    // A 4 GiB budget, whose worst case (19 GiB on the CPU) the machine holds:
+    // the server lowers a budget it cannot hold, and each host's share with it.
+    auto server = Start({"--max_inflight_bytes=4294967296",
+                         limited ? "--max_inflight_bytes_per_peer=1024"
                                  : "--max_inflight_bytes_per_peer=4294967296",
                          "--log_level=warning", "--unready_seconds=0"},
                         server_log.path());

@@ -40,6 +40,15 @@ uint64_t MappedAddressSpaceBytes() {
   return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
+// VmRSS; 0 where /proc cannot say.
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0;
+  uint64_t resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
 }  // namespace
 
 void SetUpProcess() {
@@ -78,6 +87,10 @@ uint64_t ThreadStackBytes() {
     pthread_attr_destroy(&attr);
   }
   return bytes;
+}
+
+uint64_t MemoryHeldBytes() {
+  return AddressSpaceLimitBytes().has_value() ? 0 : ResidentBytes();
 }
 
 uint64_t ThreadsAddressSpaceBytes(int threads) {

@@ -37,6 +37,11 @@ uint64_t MemoryLeftBytes();
 // start many threads under ulimit -v counts with its buffers.
 uint64_t ThreadStackBytes();
 
+// What this process holds now that MemoryLeftBytes has not taken off: its
+// resident memory, except under an address-space limit, where MemoryLeftBytes
+// is already less all the process maps.
+uint64_t MemoryHeldBytes();
+
 // What `threads` threads yet to start take of MemoryLeftBytes: their stacks'
 // address space under an address-space limit; elsewhere nothing worth
 // counting, since only the stack pages they touch hold memory.

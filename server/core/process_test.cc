@@ -83,6 +83,29 @@ TEST(ProcessTest, ThreadsTakeAddressSpaceOnlyUnderALimit) {
   EXPECT_EQ(none, 0u);
 }
 
+// Without ulimit -v, MemoryLeftBytes is the whole memory: what the process
+// holds already (its libraries, a GPU driver's) counts apart, and grows with
+// memory it touches. Under a limit MemoryLeftBytes has taken it off.
+TEST(ProcessTest, MemoryHeldIsTheResidentMemoryWithoutALimit) {
+  rlimit before;
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &before), 0);
+  if (before.rlim_cur != RLIM_INFINITY || before.rlim_max != RLIM_INFINITY) {
+    GTEST_SKIP() << "this process runs under ulimit -v";
+  }
+  const uint64_t held = MemoryHeldBytes();
+  EXPECT_GT(held, 0u);
+  constexpr size_t kTouched = size_t{64} << 20;
+  std::vector<char> touched(kTouched, 1);
+  EXPECT_GE(MemoryHeldBytes(), held + kTouched / 2);
+  rlimit lowered = before;
+  lowered.rlim_cur = MappedBytes() + (uint64_t{1} << 30);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &lowered), 0);
+  const uint64_t under_limit = MemoryHeldBytes();
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  EXPECT_EQ(under_limit, 0u);
+  EXPECT_EQ(touched[kTouched - 1], 1);
+}
+
 // A bench of 32 workers under a 300 MiB ulimit -v ended in std::system_error
 // when it counted only its buffers: each thread maps ThreadStackBytes.
 TEST(ProcessTest, AThreadMapsThreadStackBytes) {
