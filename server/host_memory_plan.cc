@@ -118,11 +118,12 @@ absl::StatusOr<HostMemoryPlan> PlanHostMemory(const HostMemoryFlags& flags,
     if (smallest.worst_case_bytes <= memory_left) return smallest;
     return absl::FailedPreconditionError(absl::StrFormat(
         "the %d bytes of memory this server may still take cannot hold even "
-        "%d bytes of matrices: with gRPC's buffers for them and one %d-byte "
-        "message (--max_message_bytes) and the %d bytes its threads and gRPC "
-        "need, that is %d bytes at worst; give it more memory (its "
-        "container's limit, its ulimit -v) or lower --max_message_bytes",
-        memory_left, least, flags.max_message_bytes, use.reserve_bytes,
+        "%d bytes of matrices: with gRPC's buffers for them and %d bytes of "
+        "room for messages not yet admitted (one of --max_message_bytes at "
+        "least) and the %d bytes its threads and gRPC need, that is %d bytes "
+        "at worst; give it more memory (its container's limit, its ulimit "
+        "-v) or lower --max_message_bytes",
+        memory_left, least, room, use.reserve_bytes,
         smallest.worst_case_bytes));
   }
   return lowered(fits * kMiB);

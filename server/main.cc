@@ -254,7 +254,7 @@ absl::StatusOr<HostMemoryPlan> PlanHostMemoryFor(int devices) {
   HostMemoryUse use;
   use.bytes_per_admitted_byte = devices > 0 ? 1.25 : 2.5;
   use.pools = std::max(devices, 1);
-  use.reserve_bytes = HostMemoryReserveBytes(use.pools);
+  use.reserve_bytes = HostMemoryReserveBytes(devices);
   return PlanHostMemory(flags, use, MemoryLeftBytes());
 }
 

@@ -90,7 +90,13 @@ uint64_t ThreadStackBytes() {
 }
 
 uint64_t MemoryHeldBytes() {
-  return AddressSpaceLimitBytes().has_value() ? 0 : ResidentBytes();
+  const std::optional<uint64_t> limit = AddressSpaceLimitBytes();
+  if (limit.has_value()) {
+    const uint64_t mapped = MappedAddressSpaceBytes();
+    const uint64_t left = *limit > mapped ? *limit - mapped : 0;
+    if (left < PhysicalOrCgroupMemoryBytes()) return 0;
+  }
+  return ResidentBytes();
 }
 
 uint64_t ThreadsAddressSpaceBytes(int threads) {

@@ -38,8 +38,9 @@ uint64_t MemoryLeftBytes();
 uint64_t ThreadStackBytes();
 
 // What this process holds now that MemoryLeftBytes has not taken off: its
-// resident memory, except under an address-space limit, where MemoryLeftBytes
-// is already less all the process maps.
+// resident memory where the machine's or the cgroup's memory bounds it; none
+// where an address-space limit does, since MemoryLeftBytes is then already
+// less all the process maps.
 uint64_t MemoryHeldBytes();
 
 // What `threads` threads yet to start take of MemoryLeftBytes: their stacks'
