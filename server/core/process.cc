@@ -90,13 +90,10 @@ uint64_t ThreadStackBytes() {
 }
 
 uint64_t MemoryHeldBytes() {
-  const std::optional<uint64_t> limit = AddressSpaceLimitBytes();
-  if (limit.has_value()) {
-    const uint64_t mapped = MappedAddressSpaceBytes();
-    const uint64_t left = *limit > mapped ? *limit - mapped : 0;
-    if (left < PhysicalOrCgroupMemoryBytes()) return 0;
-  }
-  return ResidentBytes();
+  // Below the machine's or the cgroup's memory, MemoryLeftBytes is the
+  // address-space limit less what is mapped, resident memory included.
+  return MemoryLeftBytes() < PhysicalOrCgroupMemoryBytes() ? 0
+                                                           : ResidentBytes();
 }
 
 uint64_t ThreadsAddressSpaceBytes(int threads) {
