@@ -41,8 +41,9 @@ struct HostMemoryUse {
   // pinned buffer (1.25).
   double bytes_per_admitted_byte = 2.5;
   int pools = 1;  // One per device.
-  // What the process takes whatever it admits: the stacks of threads yet to
-  // start (under ulimit -v), gRPC's own working memory.
+  // What the process takes whatever it admits: the memory it already holds,
+  // the stacks of threads yet to start (under ulimit -v), gRPC's own working
+  // memory.
   uint64_t reserve_bytes = 0;
 };
 
