@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "kernels/cpu_transpose.h"
 #include "server/core/process.h"
@@ -119,8 +120,10 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   std::vector<double> latencies;
   double bandwidth_sum = 0, fraction_sum = 0;
   std::atomic<uint64_t> issued{0};
-  const absl::Time start = absl::Now();
-  const absl::Time end = start + options.duration;
+  // Set once every worker has started, or the run is off: until then no
+  // worker calls, so that an abandoned run has no call in flight to wait out.
+  absl::Notification all_started;
+  absl::Time start, end;  // Written before all_started is notified.
 
   // Set by a worker that the canceller ended, not one that ran out of count
   // or time (a signal can come just after the last).
@@ -128,6 +131,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   // Set when not every worker could start: the run is off.
   std::atomic<bool> abandoned{false};
   auto worker = [&](std::vector<uint8_t>& output) {
+    all_started.WaitForNotification();
     // A failing server (stopped, refusing every call) is not hammered in a
     // loop: each failure in a row doubles the wait before the next call, from
     // 10 ms to 1 s; a success clears it.
@@ -182,8 +186,9 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   threads.reserve(outputs.size());
   const auto abandon = [&](const char* why) {
     // Past CheckBenchMemory's count (another process's memory, a thread
-    // limit): the workers that started finish their call and stop.
+    // limit): the workers that started stop before their first call.
     abandoned = true;
+    all_started.Notify();
     for (std::thread& thread : threads) thread.join();
     return InThisProcess(absl::ResourceExhaustedError(absl::StrFormat(
         "could start only %d of the bench's %d worker threads: %s (the "
@@ -199,6 +204,9 @@ absl::StatusOr<BenchReport> RunBench(Client& client,
   } catch (const std::bad_alloc& error) {
     return abandon(error.what());
   }
+  start = absl::Now();
+  end = start + options.duration;
+  all_started.Notify();
   for (std::thread& thread : threads) thread.join();
 
   report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
