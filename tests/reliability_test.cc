@@ -1797,13 +1797,15 @@ std::set<int> ClientPortsTo(int server_port) {
 TEST_F(ReliabilityTest, ABudgetThatLimitsTheMatricesIsWarnedOfAtStart) {
   for (const bool limited : {true, false}) {
     const ServerLog server_log;
-    // A 4 GiB budget, whose worst case (19 GiB on the CPU) the machine holds:
-    // the server lowers a budget it cannot hold, and each host's share with it.
-    auto server = Start({"--max_inflight_bytes=4294967296",
-                         limited ? "--max_inflight_bytes_per_peer=1024"
-                                 : "--max_inflight_bytes_per_peer=4294967296",
-                         "--log_level=warning", "--unready_seconds=0"},
-                        server_log.path());
+    // A 1 GiB budget, whose worst case (about 6 GiB on the CPU) a machine
+    // that runs these tests holds: the server lowers a budget it cannot hold,
+    // and each host's share with it.
+    auto server = Start(
+        {"--max_inflight_bytes=1073741824", "--max_matrix_bytes=1073741824",
+         limited ? "--max_inflight_bytes_per_peer=1024"
+                 : "--max_inflight_bytes_per_peer=1073741824",
+         "--log_level=warning", "--unready_seconds=0"},
+        server_log.path());
     ASSERT_NE(server, nullptr);
     EXPECT_EQ(server->Stop(SIGTERM), 0);
     const std::string log = server_log.Read();
@@ -1825,19 +1827,24 @@ TEST_F(ReliabilityTest, APoolTooSmallForTheLargestMatricesIsWarnedOfAtStart) {
     bool warned;
   };
   const Case cases[] = {
-      {{"--buffer_pool_bytes=2147483648"}, true},  // 4 GiB matrices.
-      {{"--buffer_pool_bytes=2147483648", "--max_matrix_bytes=2147483648"},
+      {{"--buffer_pool_bytes=536870912"}, true},  // 1 GiB matrices.
+      {{"--buffer_pool_bytes=536870912", "--max_matrix_bytes=536870912"},
        false},
-      {{"--buffer_pool_bytes=2147483648",
-        "--max_inflight_bytes_per_peer=2147483648"},
+      {{"--buffer_pool_bytes=536870912",
+        "--max_inflight_bytes_per_peer=536870912"},
        false},
-      {{"--buffer_pool_bytes=3221225472", "--max_matrix_bytes=3221225473"},
-       true},  // A 3.5 GiB buffer.
+      {{"--buffer_pool_bytes=805306368", "--max_matrix_bytes=805306369"},
+       true},  // A 896 MiB buffer.
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(absl::StrJoin(c.flags, " "));
     const ServerLog server_log;
-    std::vector<std::string> flags = c.flags;
+    // A budget whose worst case (about 6 GiB on the CPU) a machine that runs
+    // these tests holds, as the defaults' may not be: the server would lower
+    // it, and the largest matrix with it.
+    std::vector<std::string> flags = {"--max_inflight_bytes=1073741824",
+                                      "--max_matrix_bytes=1073741824"};
+    flags.insert(flags.end(), c.flags.begin(), c.flags.end());
     flags.insert(flags.end(), {"--log_level=warning", "--unready_seconds=0"});
     auto server = Start(flags, server_log.path());
     ASSERT_NE(server, nullptr);

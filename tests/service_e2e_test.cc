@@ -47,12 +47,12 @@ using ::testing::StartsWith;
 constexpr uint64_t kUnaryLimit = 1 << 20;
 constexpr uint64_t kMatrixLimit = 64 << 20;
 // Far above what the tests here hold, unlike the defaults, and small enough
-// that what the server may hold at worst under them (15.5 GiB on the CPU, with
-// the default pool and gRPC's room) fits the machine, where the server would
-// lower its budget (host_memory_plan.h).
-constexpr uint64_t kInflightBytesLimit = uint64_t{3} << 30;
+// that what the server may hold at worst under them (about 9 GiB on the CPU,
+// with the default pool and gRPC's room) fits the machine, where the server
+// would lower its budget (host_memory_plan.h).
+constexpr uint64_t kInflightBytesLimit = uint64_t{1} << 30;
 constexpr int kInflightRequestsLimit = 250;
-constexpr uint64_t kInflightBytesPerPeer = uint64_t{2} << 30;
+constexpr uint64_t kInflightBytesPerPeer = uint64_t{768} << 20;
 constexpr int kInflightRequestsPerPeer = 240;
 constexpr double kStreamIdleSeconds = 100.5;
 
