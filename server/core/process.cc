@@ -32,21 +32,17 @@ std::optional<uint64_t> AddressSpaceLimitBytes() {
   return std::nullopt;
 }
 
-// VmSize; 0 where /proc cannot say.
-uint64_t MappedAddressSpaceBytes() {
+// The fields of /proc/self/statm, in pages, in its order.
+enum class Statm { kMapped = 0, kResident = 1 };  // VmSize, VmRSS.
+
+// That field in bytes; 0 where /proc cannot say.
+uint64_t StatmBytes(Statm field) {
   std::ifstream statm("/proc/self/statm");
   uint64_t pages = 0;
-  if (!(statm >> pages)) return 0;
+  for (int i = 0; i <= static_cast<int>(field); ++i) {
+    if (!(statm >> pages)) return 0;
+  }
   return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
-// VmRSS; 0 where /proc cannot say.
-uint64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size = 0;
-  uint64_t resident = 0;
-  if (!(statm >> size >> resident)) return 0;
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace
@@ -73,7 +69,7 @@ uint64_t MemoryLeftBytes() {
   const uint64_t bytes = PhysicalOrCgroupMemoryBytes();
   const std::optional<uint64_t> limit = AddressSpaceLimitBytes();
   if (!limit.has_value()) return bytes;
-  const uint64_t mapped = MappedAddressSpaceBytes();
+  const uint64_t mapped = StatmBytes(Statm::kMapped);
   return std::min(bytes, *limit > mapped ? *limit - mapped : 0);
 }
 
@@ -92,8 +88,9 @@ uint64_t ThreadStackBytes() {
 uint64_t MemoryHeldBytes() {
   // Below the machine's or the cgroup's memory, MemoryLeftBytes is the
   // address-space limit less what is mapped, resident memory included.
-  return MemoryLeftBytes() < PhysicalOrCgroupMemoryBytes() ? 0
-                                                           : ResidentBytes();
+  return MemoryLeftBytes() < PhysicalOrCgroupMemoryBytes()
+             ? 0
+             : StatmBytes(Statm::kResident);
 }
 
 uint64_t ThreadsAddressSpaceBytes(int threads) {
