@@ -576,17 +576,25 @@ TEST_F(ReliabilityTest, ACallResetByTheTransportQuotaIsSentAgain) {
             testing::ReferenceTranspose(data, 4, {1, kRows, kCols}));
 
   // Messages over the server's limit are final, whether gRPC's size check
-  // refuses one (2 MiB) or the quota cuts it off first (96 MiB): the repeat
-  // would meet the limit again.
+  // refuses one (2 MiB) or the quota cuts it off first (512 MiB): the repeat
+  // would meet the limit again. The quota's reclaimer runs on its own
+  // thread: a message of 96 MiB, 1.5 quotas, sometimes arrived whole first on
+  // a busy machine (ctest -j2), and met the size check instead.
   ClientOptions options;
   options.target = server->address();
   options.max_attempts = 2;
-  options.unary_max_bytes = 128 * kMiB;
+  options.unary_max_bytes = 1024 * kMiB;
   std::unique_ptr<Client> oversized = *Client::Create(options);
   for (const auto& [rows, error] :
        {std::pair{512, "larger than max"},
-        std::pair{24576, "Received RST_STREAM with error code 11"}}) {
-    const absl::Status refused = Transpose(*oversized, rows, 1024);
+        std::pair{131072, "Received RST_STREAM with error code 11"}}) {
+    // Zeros: random bytes took seconds to make, and the server never
+    // transposes them.
+    const std::vector<uint8_t> zeros(uint64_t{rows} * 1024 * 4);
+    const absl::Status refused =
+        oversized
+            ->Transpose({DataType::kFloat32, {1, uint64_t{rows}, 1024}, zeros})
+            .status();
     EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
     EXPECT_THAT(refused.message(), HasSubstr(error));
     EXPECT_THAT(refused.message(), Not(HasSubstr("gave up")));
