@@ -85,6 +85,15 @@ inline uint64_t CopyPieces(absl::Span<const absl::string_view> pieces,
 }
 
 // What a backend tells clients about itself.
+// When a GPU's kernels are loaded onto it.
+enum class KernelLoading {
+  kUnknown,  // The CPU, or a driver that cannot say.
+  kAtStart,
+  // Each by its first run (CUDA_MODULE_LOADING=LAZY), whose kernel time, which
+  // the caller and /metrics get, is then longer by the loading.
+  kOnFirstRun,
+};
+
 struct BackendInfo {
   std::string name;         // "cuda:N" or "cpu".
   std::string device_name;  // "NVIDIA H200", a CPU model, ...
@@ -98,6 +107,7 @@ struct BackendInfo {
   std::vector<kernels::Algorithm> algorithms;
   // Names of the kernels this backend may report in TransposeStats::algorithm.
   std::vector<std::string> kernel_names;
+  KernelLoading kernel_loading = KernelLoading::kUnknown;
 };
 
 // One device with its own streams and buffers.

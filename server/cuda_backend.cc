@@ -1,5 +1,6 @@
 #include "server/cuda_backend.h"
 
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -56,6 +57,29 @@ class ScopedDevice {
   int previous_ = -1;
   absl::Status status_;
 };
+
+// Asks the driver, through the runtime that loads it, so that the server links
+// no libcuda and starts where there is none. CUDA's default since 12.2 is on
+// first run, which main() overrides unless the environment sets
+// CUDA_MODULE_LOADING.
+KernelLoading CurrentKernelLoading() {
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &entry,
+                                       /*cudaVersion=*/11070, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();  // Not sticky: later calls must not see it.
+    return KernelLoading::kUnknown;
+  }
+  CUmoduleLoadingMode mode;
+  if (reinterpret_cast<PFN_cuModuleGetLoadingMode_v11070>(entry)(&mode) !=
+      CUDA_SUCCESS) {
+    return KernelLoading::kUnknown;
+  }
+  return mode == CU_MODULE_LAZY_LOADING ? KernelLoading::kOnFirstRun
+                                        : KernelLoading::kAtStart;
+}
 
 // Pinned host memory, usable by every GPU, so copies run at full PCIe speed.
 // Pinned and unpinned through `device`'s context: the threads that ask (gRPC's)
@@ -308,6 +332,7 @@ absl::Status CudaBackend::Init() {
   for (absl::string_view name : kernels::AllKernelNames()) {
     info_.kernel_names.emplace_back(name);
   }
+  info_.kernel_loading = CurrentKernelLoading();
 
   int pools_supported = 0;
   TRANSPOSE_RETURN_IF_ERROR(CudaStatus(

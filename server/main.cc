@@ -843,9 +843,20 @@ int Run(const std::vector<char*>& positional) {
   for (const auto& backend : backends->list) {
     const BackendInfo& info = backend->info();
     names.push_back(info.name);
-    Log(LogLevel::kInfo, "backend %s: %s, %d streams, copy bandwidth %.1f GB/s",
-        info.name, info.device_name, info.streams,
-        info.copy_bandwidth_bytes_per_second / 1e9);
+    Log(LogLevel::kInfo,
+        "backend %s: %s, %d streams, copy bandwidth %.1f GB/s%s", info.name,
+        info.device_name, info.streams,
+        info.copy_bandwidth_bytes_per_second / 1e9,
+        info.kernel_loading == KernelLoading::kAtStart
+            ? ", kernels loaded at start"
+            : "");
+    if (info.kernel_loading == KernelLoading::kOnFirstRun) {
+      Log(LogLevel::kWarning,
+          "%s loads each kernel on its first run (CUDA_MODULE_LOADING=LAZY): "
+          "the first request to use each reports up to milliseconds more "
+          "kernel time; unset it to load them at start",
+          info.name);
+    }
   }
   const bool on_gpus = absl::c_any_of(names, [](const std::string& name) {
     return absl::StartsWith(name, "cuda:");

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -2377,6 +2378,47 @@ TEST_F(ReliabilityTest, AGpuThatFailsToComeUpIsLeftOutOnAuto) {
   EXPECT_EQ(code, 1) << text;
   EXPECT_THAT(text, HasSubstr("cuda:0: a testing flag"));
   EXPECT_THAT(text, HasSubstr("--backend=cuda needs every visible GPU"));
+}
+
+// With the CUDA backend (the GPU machine): the server loads every kernel as it
+// starts. CUDA by default loads each on its first run, which the first request
+// to use it paid in the kernel time it reports: 0.13 to 3.5 ms instead of 0.05
+// (docs/BENCHMARKS.md). An operator's CUDA_MODULE_LOADING=LAZY stands, with a
+// warning.
+TEST_F(ReliabilityTest,
+       GpuKernelsAreLoadedAtStartUnlessTheEnvironmentSaysLazy) {
+  if (ServerProcess::BackendFromEnvironment() != "cuda") {
+    GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
+  }
+  if (std::getenv("CUDA_MODULE_LOADING") != nullptr) {
+    GTEST_SKIP() << "this test's environment sets CUDA_MODULE_LOADING";
+  }
+  for (const bool lazy : {false, true}) {
+    SCOPED_TRACE(lazy ? "CUDA_MODULE_LOADING=LAZY" : "unset");
+    bool stopped = false;
+    const auto [code, text] = ServerProcess::RunUntilExit(
+        {"--backend=cuda", "--log_level=info", "--unready_seconds=0"},
+        absl::Seconds(120),
+        [&stopped](pid_t pid, absl::string_view stderr) {
+          if (!stopped && absl::StrContains(stderr, " INFO serving ")) {
+            kill(pid, SIGTERM);
+            stopped = true;
+          }
+        },
+        lazy ? std::vector<std::string>{"CUDA_MODULE_LOADING=LAZY"}
+             : std::vector<std::string>{});
+    ASSERT_TRUE(stopped) << text;
+    EXPECT_EQ(code, 0) << text;
+    EXPECT_THAT(text, HasSubstr("backend cuda:0: "));
+    if (lazy) {
+      EXPECT_THAT(text, Not(HasSubstr("kernels loaded at start")));
+      EXPECT_THAT(text, HasSubstr("WARNING cuda:0 loads each kernel on its "
+                                  "first run (CUDA_MODULE_LOADING=LAZY)"));
+    } else {
+      EXPECT_THAT(text, HasSubstr("kernels loaded at start"));
+      EXPECT_THAT(text, Not(HasSubstr("loads each kernel on its first run")));
+    }
+  }
 }
 
 // With the CUDA backend (the GPU machine): a device fault that poisons the CUDA

@@ -40,10 +40,33 @@ int PortOf(absl::string_view line) {
 
 // Forks and execs `argv` with the child's `fd` (stdout or stderr) written into
 // a pipe, whose read end goes to *read_end, and its stderr into `stderr_path`
-// when that is given.
+// when that is given. The child has this process's environment with
+// `environment`'s NAME=value entries set.
 absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
-                            int* read_end,
-                            const std::string& stderr_path = "") {
+                            int* read_end, const std::string& stderr_path = "",
+                            const std::vector<std::string>& environment = {}) {
+  // Built before the fork: the child of a threaded process may not allocate.
+  std::vector<std::string> child_environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const absl::string_view name = absl::string_view(*entry).substr(
+        0, absl::string_view(*entry).find('='));
+    if (!absl::c_any_of(environment, [name](const std::string& set) {
+          return absl::StartsWith(set, absl::StrCat(name, "="));
+        })) {
+      child_environment.emplace_back(*entry);
+    }
+  }
+  child_environment.insert(child_environment.end(), environment.begin(),
+                           environment.end());
+  std::vector<char*> c_environment;
+  for (std::string& entry : child_environment) {
+    c_environment.push_back(entry.data());
+  }
+  c_environment.push_back(nullptr);
+  std::vector<char*> c_argv;
+  for (std::string& arg : argv) c_argv.push_back(arg.data());
+  c_argv.push_back(nullptr);
+
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return absl::InternalError("pipe failed");
@@ -68,10 +91,7 @@ absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
                            O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (log >= 0) dup2(log, STDERR_FILENO);
     }
-    std::vector<char*> c_argv;
-    for (std::string& arg : argv) c_argv.push_back(arg.data());
-    c_argv.push_back(nullptr);
-    execv(c_argv[0], c_argv.data());
+    execve(c_argv[0], c_argv.data(), c_environment.data());
     std::fprintf(stderr, "exec %s: %s\n", c_argv[0], std::strerror(errno));
     _exit(127);
   }
@@ -222,13 +242,15 @@ int ServerProcess::Stop(int signal, absl::Duration timeout) {
 
 ServerProcess::Exit ServerProcess::RunUntilExit(
     const std::vector<std::string>& args, absl::Duration timeout,
-    const std::function<void(pid_t, absl::string_view)>& on_stderr) {
+    const std::function<void(pid_t, absl::string_view)>& on_stderr,
+    const std::vector<std::string>& environment) {
   std::vector<std::string> argv = {BinaryFromEnvironment(),
                                    "--address=127.0.0.1:0",
                                    "--metrics_address=127.0.0.1:0"};
   argv.insert(argv.end(), args.begin(), args.end());
   int err = -1;
-  absl::StatusOr<pid_t> pid = Spawn(argv, STDERR_FILENO, &err);
+  absl::StatusOr<pid_t> pid =
+      Spawn(argv, STDERR_FILENO, &err, /*stderr_path=*/"", environment);
   if (!pid.ok()) return {-1, pid.status().ToString()};
   Exit exit;
   const absl::Time deadline = absl::Now() + timeout;

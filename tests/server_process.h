@@ -85,11 +85,13 @@ class ServerProcess {
   // Runs the environment's server with `args` (on loopback, port 0) until it
   // exits, collecting what it writes to stderr; SIGKILL after `timeout`.
   // `on_stderr`, if given, sees the server's pid and its stderr so far each
-  // time more arrives.
+  // time more arrives. The server's environment is this process's with
+  // `environment`'s NAME=value entries set.
   static Exit RunUntilExit(
       const std::vector<std::string>& args,
       absl::Duration timeout = absl::Seconds(20),
-      const std::function<void(pid_t, absl::string_view)>& on_stderr = nullptr);
+      const std::function<void(pid_t, absl::string_view)>& on_stderr = nullptr,
+      const std::vector<std::string>& environment = {});
 
   ~ServerProcess();
 
