@@ -1,5 +1,6 @@
 #include "client/bench.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -91,6 +92,10 @@ TEST(RunBenchTest, WorkersThatCannotStartAreThisProcesssFailure) {
         // Nothing listens there: a call would wait out its deadline for a
         // connection, so a worker that called before the run was called off
         // would hold the refusal up for a minute.
+        // One malloc arena: otherwise a gRPC thread's first allocation after
+        // the limit below could reserve a new arena's 64 MiB of address space
+        // and leave the bench's buffers none (it did, once, under ctest -j2).
+        mallopt(M_ARENA_MAX, 1);
         ClientOptions client_options;
         client_options.target = "127.0.0.1:1";
         client_options.wait_for_ready = true;
@@ -103,13 +108,14 @@ TEST(RunBenchTest, WorkersThatCannotStartAreThisProcesssFailure) {
         options.concurrency = 256;
         options.duration = absl::Hours(1);
         options.call.timeout = absl::Minutes(1);
-        // Room for a few stacks, not 256.
+        // Room for the buffers and a few dozen stacks, not 256.
         std::ifstream statm("/proc/self/statm");
         uint64_t pages = 0;
         statm >> pages;
         rlimit lowered;
         if (getrlimit(RLIMIT_AS, &lowered) != 0) std::exit(2);
-        lowered.rlim_cur = pages * sysconf(_SC_PAGESIZE) + (uint64_t{64} << 20);
+        lowered.rlim_cur =
+            pages * sysconf(_SC_PAGESIZE) + (uint64_t{256} << 20);
         if (setrlimit(RLIMIT_AS, &lowered) != 0) std::exit(2);
         const absl::Time start = absl::Now();
         const absl::StatusOr<BenchReport> report = RunBench(**client, options);
