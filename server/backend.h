@@ -84,16 +84,17 @@ inline uint64_t CopyPieces(absl::Span<const absl::string_view> pieces,
   return offset;
 }
 
-// What a backend tells clients about itself.
 // When a GPU's kernels are loaded onto it.
 enum class KernelLoading {
-  kUnknown,  // The CPU, or a driver that cannot say.
+  kNotAGpu,
+  kUnknown,  // The driver cannot say.
   kAtStart,
   // Each by its first run (CUDA_MODULE_LOADING=LAZY), whose kernel time, which
   // the caller and /metrics get, is then longer by the loading.
   kOnFirstRun,
 };
 
+// What a backend tells clients about itself.
 struct BackendInfo {
   std::string name;         // "cuda:N" or "cpu".
   std::string device_name;  // "NVIDIA H200", a CPU model, ...
@@ -107,7 +108,7 @@ struct BackendInfo {
   std::vector<kernels::Algorithm> algorithms;
   // Names of the kernels this backend may report in TransposeStats::algorithm.
   std::vector<std::string> kernel_names;
-  KernelLoading kernel_loading = KernelLoading::kUnknown;
+  KernelLoading kernel_loading = KernelLoading::kNotAGpu;
 };
 
 // One device with its own streams and buffers.

@@ -77,8 +77,13 @@ KernelLoading CurrentKernelLoading() {
       CUDA_SUCCESS) {
     return KernelLoading::kUnknown;
   }
-  return mode == CU_MODULE_LAZY_LOADING ? KernelLoading::kOnFirstRun
-                                        : KernelLoading::kAtStart;
+  switch (mode) {
+    case CU_MODULE_EAGER_LOADING:
+      return KernelLoading::kAtStart;
+    case CU_MODULE_LAZY_LOADING:
+      return KernelLoading::kOnFirstRun;
+  }
+  return KernelLoading::kUnknown;
 }
 
 // Pinned host memory, usable by every GPU, so copies run at full PCIe speed.

@@ -225,8 +225,11 @@ int64_t CpuTransposeThreads() {
 // what it holds already where MemoryLeftBytes does not count it, and, under
 // ulimit -v, the stacks of the threads it has yet to start. gRPC runs about
 // one a core and a few more (7 on the 2-core machine, 21 on the GPU machine's
-// 16-core host); the CPU backend a team per worker and one more to calibrate,
-// each GPU a thread per stream; /metrics its own; the server a few more.
+// 16-core host), counting the machine's cores (sysconf(_SC_NPROCESSORS_CONF))
+// whatever the container's cpuset allows, so hardware_concurrency rather than
+// kernels::UsableCores; the CPU backend a team per worker and one more to
+// calibrate, each GPU a thread per stream; /metrics its own; the server a few
+// more.
 uint64_t HostMemoryReserveBytes(int devices) {
   const int64_t cores = std::thread::hardware_concurrency();
   const int64_t backend_threads =
@@ -239,6 +242,22 @@ uint64_t HostMemoryReserveBytes(int devices) {
   return (uint64_t{64} << 20) + MemoryHeldBytes() +
          ThreadsAddressSpaceBytes(
              static_cast<int>(std::min<int64_t>(threads, 1 << 20)));
+}
+
+// The end of a backend's start-up line: how its kernels are loaded, when it is
+// a GPU.
+const char* KernelLoadingSuffix(KernelLoading loading) {
+  switch (loading) {
+    case KernelLoading::kNotAGpu:
+      return "";
+    case KernelLoading::kUnknown:
+      return ", kernel loading unknown";
+    case KernelLoading::kAtStart:
+      return ", kernels loaded at start";
+    case KernelLoading::kOnFirstRun:
+      return ", each kernel loaded on its first run";
+  }
+  return "";
 }
 
 // The limits of host memory for `devices` GPUs (0: the CPU), fitted to what
@@ -847,15 +866,14 @@ int Run(const std::vector<char*>& positional) {
         "backend %s: %s, %d streams, copy bandwidth %.1f GB/s%s", info.name,
         info.device_name, info.streams,
         info.copy_bandwidth_bytes_per_second / 1e9,
-        info.kernel_loading == KernelLoading::kAtStart
-            ? ", kernels loaded at start"
-            : "");
+        KernelLoadingSuffix(info.kernel_loading));
     if (info.kernel_loading == KernelLoading::kOnFirstRun) {
+      const char* setting = std::getenv("CUDA_MODULE_LOADING");
       Log(LogLevel::kWarning,
-          "%s loads each kernel on its first run (CUDA_MODULE_LOADING=LAZY): "
+          "%s loads each kernel on its first run (CUDA_MODULE_LOADING=%s): "
           "the first request to use each reports up to milliseconds more "
           "kernel time; unset it to load them at start",
-          info.name);
+          info.name, setting == nullptr ? "" : setting);
     }
   }
   const bool on_gpus = absl::c_any_of(names, [](const std::string& name) {

@@ -40,24 +40,26 @@ int PortOf(absl::string_view line) {
 
 // Forks and execs `argv` with the child's `fd` (stdout or stderr) written into
 // a pipe, whose read end goes to *read_end, and its stderr into `stderr_path`
-// when that is given. The child has this process's environment with
-// `environment`'s NAME=value entries set.
+// when that is given. The child has this process's environment changed by
+// `environment`: NAME=value sets NAME, a bare NAME unsets it.
 absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
                             int* read_end, const std::string& stderr_path = "",
                             const std::vector<std::string>& environment = {}) {
   // Built before the fork: the child of a threaded process may not allocate.
+  const auto name_of = [](absl::string_view entry) {
+    return entry.substr(0, entry.find('='));
+  };
   std::vector<std::string> child_environment;
   for (char** entry = environ; *entry != nullptr; ++entry) {
-    const absl::string_view name = absl::string_view(*entry).substr(
-        0, absl::string_view(*entry).find('='));
-    if (!absl::c_any_of(environment, [name](const std::string& set) {
-          return absl::StartsWith(set, absl::StrCat(name, "="));
+    if (!absl::c_any_of(environment, [&](const std::string& change) {
+          return name_of(change) == name_of(*entry);
         })) {
       child_environment.emplace_back(*entry);
     }
   }
-  child_environment.insert(child_environment.end(), environment.begin(),
-                           environment.end());
+  for (const std::string& change : environment) {
+    if (absl::StrContains(change, '=')) child_environment.push_back(change);
+  }
   std::vector<char*> c_environment;
   for (std::string& entry : child_environment) {
     c_environment.push_back(entry.data());

@@ -85,8 +85,8 @@ class ServerProcess {
   // Runs the environment's server with `args` (on loopback, port 0) until it
   // exits, collecting what it writes to stderr; SIGKILL after `timeout`.
   // `on_stderr`, if given, sees the server's pid and its stderr so far each
-  // time more arrives. The server's environment is this process's with
-  // `environment`'s NAME=value entries set.
+  // time more arrives. The server's environment is this process's changed by
+  // `environment`: NAME=value sets NAME, a bare NAME unsets it.
   static Exit RunUntilExit(
       const std::vector<std::string>& args,
       absl::Duration timeout = absl::Seconds(20),
