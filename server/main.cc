@@ -1232,9 +1232,13 @@ int main(int argc, char** argv) {
   // each other kernel's first run about 10 us more, times the server reports
   // and /metrics keeps (docs/BENCHMARKS.md). Loaded as CUDA starts, they cost
   // 18 MB of host memory and no start-up time measurable. Set before any
-  // thread starts (setenv is not safe beside getenv); an operator's own
-  // setting stands.
-  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  // thread starts (setenv is not safe beside getenv). An operator's own
+  // setting stands, but not an empty one (a manifest's value left blank),
+  // under which CUDA loads lazily too.
+  const char* module_loading = std::getenv("CUDA_MODULE_LOADING");
+  if (module_loading == nullptr || *module_loading == '\0') {
+    setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/1);
+  }
   transpose::SetUpProcess();
   transpose::ProgramUsage usage;
   usage.name = "transpose_server";
