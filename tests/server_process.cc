@@ -7,9 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -68,6 +66,9 @@ absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
   std::vector<char*> c_argv;
   for (std::string& arg : argv) c_argv.push_back(arg.data());
   c_argv.push_back(nullptr);
+  // What the child says if exec fails (strerror is not safe to call there).
+  const std::string exec_failed =
+      absl::StrCat("cannot exec ", argv[0], " (not there, or not runnable)\n");
 
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -94,7 +95,11 @@ absl::StatusOr<pid_t> Spawn(std::vector<std::string> argv, int fd,
       if (log >= 0) dup2(log, STDERR_FILENO);
     }
     execve(c_argv[0], c_argv.data(), c_environment.data());
-    std::fprintf(stderr, "exec %s: %s\n", c_argv[0], std::strerror(errno));
+    // write(), not fprintf: only async-signal-safe calls are safe in the
+    // child of a threaded process.
+    const ssize_t written =
+        write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
+    (void)written;  // Nothing more to do if stderr is gone.
     _exit(127);
   }
   close(pipe_fds[1]);
