@@ -89,13 +89,13 @@ TEST(RunBenchTest, WorkersThatCannotStartAreThisProcesssFailure) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        // Nothing listens there: a call would wait out its deadline for a
-        // connection, so a worker that called before the run was called off
-        // would hold the refusal up for a minute.
         // One malloc arena: otherwise a gRPC thread's first allocation after
         // the limit below could reserve a new arena's 64 MiB of address space
         // and leave the bench's buffers none (it did, once, under ctest -j2).
         mallopt(M_ARENA_MAX, 1);
+        // Nothing listens there: a call would wait out its deadline for a
+        // connection, so a worker that called before the run was called off
+        // would hold the refusal up for a minute.
         ClientOptions client_options;
         client_options.target = "127.0.0.1:1";
         client_options.wait_for_ready = true;

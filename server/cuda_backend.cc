@@ -60,7 +60,7 @@ class ScopedDevice {
 
 // Asks the driver, through the runtime that loads it, so that the server links
 // no libcuda and starts where there is none. CUDA's default since 12.2 is on
-// first run, which main() overrides unless the environment sets
+// first run, which main() overrides unless the environment sets a value for
 // CUDA_MODULE_LOADING.
 KernelLoading CurrentKernelLoading() {
   void* entry = nullptr;
