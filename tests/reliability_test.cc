@@ -152,7 +152,14 @@ class FreezableRelay {
     close(listener_);
   }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-  void Freeze() { frozen_ = true; }
+  // Returns once no bytes move: a pass of Run() under way when it was called
+  // could still carry a call's request and, reading the server after, its
+  // answer (a call through a frozen relay once succeeded so).
+  void Freeze() {
+    frozen_ = true;
+    const uint64_t pass = passes_;
+    while (passes_ == pass && !stop_) absl::SleepFor(absl::Milliseconds(1));
+  }
   // Closes each connection from now on as it comes, leaving those open.
   void RefuseNewConnections() { refuse_new_ = true; }
   // Stops moving bytes from the server to the client once `bytes` have gone
@@ -182,6 +189,7 @@ class FreezableRelay {
     double credit = 0;
     absl::Time credited = absl::Now();
     while (!stop_) {
+      ++passes_;
       const uint64_t rate = answer_rate_;
       const absl::Time now = absl::Now();
       credit = std::min(credit + rate * absl::ToDoubleSeconds(now - credited),
@@ -251,6 +259,7 @@ class FreezableRelay {
   int port_ = 0;
   std::vector<int> open_;
   std::atomic<bool> frozen_{false};
+  std::atomic<uint64_t> passes_{0};  // Of Run()'s loop, begun.
   std::atomic<bool> refuse_new_{false};
   std::atomic<uint64_t> answer_limit_{UINT64_MAX};
   std::atomic<uint64_t> answer_rate_{0};
