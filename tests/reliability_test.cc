@@ -588,8 +588,8 @@ TEST_F(ReliabilityTest, ACallResetByTheTransportQuotaIsSentAgain) {
   // Messages over the server's limit are final, whether gRPC's size check
   // refuses one (2 MiB) or the quota cuts it off first (512 MiB): the repeat
   // would meet the limit again. The quota's reclaimer runs on its own
-  // thread: a message of 96 MiB, 1.5 quotas, sometimes arrived whole first on
-  // a busy machine (ctest -j2), and met the size check instead.
+  // thread: a message of 96 MiB, 1.5 quotas, once arrived whole first on a
+  // busy machine (ctest -j2), and met the size check instead.
   ClientOptions options;
   options.target = server->address();
   options.max_attempts = 2;
@@ -2399,7 +2399,7 @@ TEST_F(ReliabilityTest,
   if (ServerProcess::BackendFromEnvironment() != "cuda") {
     GTEST_SKIP() << "needs the CUDA backend (TRANSPOSE_TEST_BACKEND=cuda)";
   }
-  // A bare name unsets it; an empty value left CUDA loading lazily.
+  // A bare name unsets it. An empty value had left CUDA loading lazily.
   for (const std::string setting :
        {"CUDA_MODULE_LOADING",
         "CUDA_MODULE_LOADING=", "CUDA_MODULE_LOADING=LAZY"}) {
