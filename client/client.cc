@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/retry_advice.h"
 #include "proto/convert.h"
 #include "proto/wire.h"
 #include "server/core/files.h"
@@ -145,18 +146,6 @@ absl::Status OwnDeadlinePassed(const absl::Status& last, absl::Duration timeout,
       unconnected);
 }
 
-// The server's resource quota (--max_transport_bytes) frees memory by
-// resetting a stream (RST_STREAM ENHANCE_YOUR_CALM) of whichever connection its
-// reclaimer reaches first, not necessarily the one that used the memory (a
-// message over the server's size limit, read until the quota runs out, meets
-// it too). gRPC 1.51 tells it from a size refusal, which comes with a status,
-// only in this text.
-bool ResetByTransportQuota(const absl::Status& status) {
-  return absl::IsResourceExhausted(status) &&
-         absl::StartsWith(status.message(),
-                          "Received RST_STREAM with error code 11");
-}
-
 // Whether `host` is an IP address: gRPC dials an IP address without a port on
 // port 0, and resolves a name without one on 443. An IPv6 address may carry a
 // zone ("fe80::1%eth0"), which inet_pton does not take.
@@ -266,52 +255,6 @@ CallCanceller::Scope::~Scope() {
   std::lock_guard<std::mutex> lock(canceller_->mutex_);
   std::vector<grpc::ClientContext*>& contexts = canceller_->contexts_;
   contexts.erase(std::find(contexts.begin(), contexts.end(), context_));
-}
-
-Client::RetryAdvice Client::ReadRetryAdvice(
-    const grpc::ClientContext& context) {
-  RetryAdvice advice;
-  const auto& trailers = context.GetServerTrailingMetadata();
-  const auto it = trailers.find(api::kRetryPushbackKey);
-  if (it == trailers.end()) return advice;
-  int64_t ms = 0;
-  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()),
-                        &ms) ||
-      ms < 0) {
-    advice.never = true;
-  } else {
-    advice.pushback = absl::Milliseconds(ms);
-  }
-  return advice;
-}
-
-// Whether another attempt may go another way. UNAVAILABLE: the call did not
-// get through, or the server is draining (another may take it), unless the
-// server said otherwise. CANCELLED, which the caller's own cancel never
-// reaches here as, before any of the result arrived: a server shutting down
-// cancels the calls that arrive as its transport closes (later, it is the
-// server giving up on a reader, which a repeat would not help).
-// RESOURCE_EXHAUSTED only when the service said to retry (it was busy), or
-// when the server's transport quota reset a stream whose messages every server
-// takes: the same code also comes from limits that a repeat meets again, such
-// as a message over gRPC's size limit or a matrix over the server's, and
-// repeating an oversized upload would only load the server.
-bool Client::Retriable(const absl::Status& status, const RetryAdvice& advice) {
-  // This process out of memory for a chunk's copy: the server's pushback,
-  // should its refusal have arrived meanwhile, is not about that.
-  if (advice.never || IsInThisProcess(status)) return false;
-  switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
-      return true;
-    case absl::StatusCode::kCancelled:
-      return !advice.result_arrived;
-    case absl::StatusCode::kResourceExhausted:
-      return advice.pushback.has_value() ||
-             (advice.messages_within_every_limit &&
-              ResetByTransportQuota(status));
-    default:
-      return false;
-  }
 }
 
 absl::Status CheckTarget(absl::string_view target) {
@@ -796,7 +739,7 @@ absl::StatusOr<TransposeStats> Client::Unary(const MatrixView& input,
   const grpc::Status status =
       connection->stub->Transpose(&context, request, &response);
   if (!status.ok()) {
-    advice = ReadRetryAdvice(context);
+    advice = ReadRetryAdvice(context.GetServerTrailingMetadata());
     advice.may_have_reached_server = reach.MayHaveReached();
     return api::FromGrpcStatus(status);
   }
@@ -963,7 +906,7 @@ absl::StatusOr<TransposeStats> Client::Stream(const MatrixView& input,
   while (queue.Next(&tag, &ok)) {
   }
   if (!status.ok()) {
-    advice = ReadRetryAdvice(context);
+    advice = ReadRetryAdvice(context.GetServerTrailingMetadata());
     advice.result_arrived = progress.received_bytes > 0;
     advice.may_have_reached_server = started || reach.MayHaveReached();
   }

@@ -303,6 +303,10 @@ bool UsesTls(const ClientOptions& options);
 // cannot be read.
 absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path);
 
+// What a failed attempt says about another (the library's own header,
+// client/retry_advice.h).
+struct RetryAdvice;
+
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Create(
@@ -363,20 +367,6 @@ class Client {
   // connection, and the next is made only when that many calls run at once.
   class ConnectionLease;
 
-  // What a failed attempt says about another: the server's trailing metadata
-  // (gRFC A6: nothing, do not (a negative pushback), or wait at least so
-  // long), whether part of the result had arrived (and been written into
-  // the output), and whether the attempt may have reached the server (false
-  // when its connection was never made: an attempt out of time says so).
-  struct RetryAdvice {
-    bool never = false;
-    std::optional<absl::Duration> pushback;
-    bool result_arrived = false;
-    // Whether each message carried no more data than every server takes, so
-    // that a reset by the server's transport quota was another call's doing.
-    bool messages_within_every_limit = false;
-    bool may_have_reached_server = true;
-  };
   absl::StatusOr<TransposeStats> Unary(const MatrixView& input,
                                        absl::Span<uint8_t> output,
                                        const CallOptions& call, int attempt,
@@ -387,8 +377,6 @@ class Client {
                                         const CallOptions& call, int attempt,
                                         absl::Time deadline,
                                         RetryAdvice& advice);
-  static RetryAdvice ReadRetryAdvice(const grpc::ClientContext& context);
-  static bool Retriable(const absl::Status& status, const RetryAdvice& advice);
   // What a call out of time adds to say that it never reached the server
   // (MadeNoConnection's text) when it cannot have; else "".
   // `waited_for_ready`: whether the call waited for a connection (gRPC's
