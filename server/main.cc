@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -228,17 +229,15 @@ int64_t CpuTransposeThreads() {
 // 16-core host), counting the machine's cores (sysconf(_SC_NPROCESSORS_CONF))
 // whatever the container's cpuset allows, so hardware_concurrency rather than
 // kernels::UsableCores; the CPU backend a team per worker and one more to
-// calibrate, each GPU a thread per stream; /metrics its own; the server a few
-// more.
+// calibrate, each GPU a thread per stream; the server a few more. (/metrics
+// runs already: its threads are in what the process holds.)
 uint64_t HostMemoryReserveBytes(int devices) {
   const int64_t cores = std::thread::hardware_concurrency();
   const int64_t backend_threads =
       devices > 0
           ? devices * std::max(1, absl::GetFlag(FLAGS_streams_per_device))
           : CpuTransposeThreads() + kernels::UsableCores();
-  const int64_t threads =
-      (cores + 6) + backend_threads + 16 +
-      (absl::GetFlag(FLAGS_metrics_address).empty() ? 0 : kMetricsThreads);
+  const int64_t threads = (cores + 6) + backend_threads + 16;
   return (uint64_t{64} << 20) + MemoryHeldBytes() +
          ThreadsAddressSpaceBytes(
              static_cast<int>(std::min<int64_t>(threads, 1 << 20)));
@@ -823,6 +822,37 @@ int Run(const std::vector<char*>& positional) {
   auto registry = std::make_shared<prometheus::Registry>();
   Metrics metrics(*registry, TRANSPOSE_VERSION);
 
+  // /metrics starts before host memory is planned, so that its threads'
+  // stacks, whatever size the CivetWeb build gives them (Debian's: 100 KiB),
+  // are in the address space the plan finds mapped. Until the service's gauges
+  // join, a scrape gets the registry's metrics.
+  std::unique_ptr<prometheus::Exposer> exposer;
+  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  if (!metrics_address.empty()) {
+    try {
+      // CivetWeb's defaults (2 threads, 30 s to read a request) let two
+      // connections that never finish their request hold /metrics for good.
+      exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+          "listening_ports", metrics_address, "num_threads",
+          std::to_string(kMetricsThreads), "request_timeout_ms",
+          std::to_string(kMetricsRequestTimeoutMs)});
+    } catch (const std::exception& e) {
+      // CivetWeb says only "null context when constructing CivetServer".
+      Log(LogLevel::kError,
+          "cannot serve metrics on %s: the port is in use, or the host is "
+          "not this machine's (%s)",
+          metrics_address, e.what());
+      return 1;
+    }
+  }
+  // CivetWeb takes a handler's path as a prefix pattern, so "/metrics" would
+  // also answer /metricsx or /metrics.txt; "$" ends the pattern there, so a
+  // mistyped scrape path gets a 404 instead of the metrics.
+  const auto expose = [&exposer](std::weak_ptr<prometheus::Collectable> what) {
+    if (exposer != nullptr) exposer->RegisterCollectable(what, "/metrics$");
+  };
+  expose(registry);
+
   absl::StatusOr<Backends> backends =
       CreateBackends(absl::GetFlag(FLAGS_backend), metrics);
   if (!backends.ok()) {
@@ -1005,32 +1035,9 @@ int Run(const std::vector<char*>& positional) {
   TokenFileReloader token_reloader(std::move(token_file), access);
   TransposeService service(engine, metrics, access, service_options);
 
-  std::unique_ptr<prometheus::Exposer> exposer;
-  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
-  if (!metrics_address.empty()) {
-    try {
-      // CivetWeb's defaults (2 threads, 30 s to read a request) let two
-      // connections that never finish their request hold /metrics for good.
-      exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-          "listening_ports", metrics_address, "num_threads",
-          std::to_string(kMetricsThreads), "request_timeout_ms",
-          std::to_string(kMetricsRequestTimeoutMs)});
-    } catch (const std::exception& e) {
-      // CivetWeb says only "null context when constructing CivetServer".
-      Log(LogLevel::kError,
-          "cannot serve metrics on %s: the port is in use, or the host is "
-          "not this machine's (%s)",
-          metrics_address, e.what());
-      return 1;
-    }
-  }
-  // CivetWeb takes a handler's path as a prefix pattern, so "/metrics" would
-  // also answer /metricsx or /metrics.txt; "$" ends the pattern there, so a
-  // mistyped scrape path gets a 404 instead of the metrics.
-  const auto expose = [&exposer](std::weak_ptr<prometheus::Collectable> what) {
-    if (exposer != nullptr) exposer->RegisterCollectable(what, "/metrics$");
-  };
-  expose(registry);
+  // The gauges below read the engine, the service and the TLS reloader:
+  // /metrics stops before they go, whichever way Run returns.
+  absl::Cleanup stop_metrics = [&exposer] { exposer.reset(); };
   auto admission = std::make_shared<CallbackGauges>();
   admission->Add(
       "transpose_admitted_bytes",

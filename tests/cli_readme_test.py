@@ -1093,7 +1093,7 @@ class ServerUnderAddressSpaceLimitTest(unittest.TestCase):
         self.assertIsNotNone(reserve, log)
         self.reserve = int(reserve.group(1))
 
-    def start_server(self, limit):
+    def start_server(self, limit, metrics_address=""):
         """Starts the server on the CPU under ulimit -v `limit`; returns it, its first line of
         output (empty if it exits first, and the test fails if neither comes within 60 s) and its
         log's path."""
@@ -1101,8 +1101,8 @@ class ServerUnderAddressSpaceLimitTest(unittest.TestCase):
         with open(log_path, "w") as log:
             server = subprocess.Popen(
                 [self.server_binary, "--backend=cpu", "--address=127.0.0.1:0",
-                 "--metrics_address="], stdout=subprocess.PIPE, stderr=log, text=True,
-                preexec_fn=address_space_limiter(limit))
+                 f"--metrics_address={metrics_address}"], stdout=subprocess.PIPE, stderr=log,
+                text=True, preexec_fn=address_space_limiter(limit))
 
         def stop():
             server.kill()
@@ -1155,6 +1155,29 @@ class ServerUnderAddressSpaceLimitTest(unittest.TestCase):
         self.assertTrue(same(np.load(os.path.join(self.tmp.name, "a.T.npy")),
                              np.ascontiguousarray(a.T)))
         self.assertIsNone(server.poll())
+
+    def budget_under(self, limit, metrics_address):
+        """The admission budget the server fits to ulimit -v `limit`, from its start-up warning."""
+        server, line, log_path = self.start_server(limit, metrics_address)
+        with open(log_path) as f:
+            log = f.read()
+        self.assertTrue(line.startswith("listening on "), line + log)
+        server.kill()
+        server.wait(timeout=60)
+        lowered = re.search(r"lowered --max_inflight_bytes to (\d+)", log)
+        self.assertIsNotNone(lowered, log)
+        return int(lowered.group(1))
+
+    def test_metrics_cost_the_budget_only_what_their_threads_map(self):
+        """/metrics' 64 threads take the stacks CivetWeb gives them (Debian's build: 100 KiB, 6.4
+        MiB in all), not the 8 MiB of a default thread each, which the server once counted: 512
+        MiB of the limit, some 200 MiB of the budget."""
+        limit = self.reserve + (1500 << 20)
+        without = self.budget_under(limit, "")
+        with_metrics = self.budget_under(limit, "127.0.0.1:0")
+        self.assertLessEqual(with_metrics, without)
+        self.assertGreater(with_metrics, without - (16 << 20),
+                           f"/metrics took {(without - with_metrics) >> 20} MiB of the budget")
 
     def test_memory_that_cannot_hold_a_budget_is_refused_at_start(self):
         server, line, log_path = self.start_server(self.reserve + (60 << 20))
