@@ -29,8 +29,9 @@ struct RetryAdvice {
   bool may_have_reached_server = true;
 };
 
-// The pushback of a failed call's trailing metadata: none, a wait, or never
-// for a value that is not a count of milliseconds (gRFC A6 says not to retry).
+// The pushback of a failed call's trailing metadata: none, a wait in
+// milliseconds, or never for a value that is negative or not a whole number
+// (gRFC A6 says not to retry).
 RetryAdvice ReadRetryAdvice(
     const std::multimap<grpc::string_ref, grpc::string_ref>& trailers);
 

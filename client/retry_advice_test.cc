@@ -48,6 +48,18 @@ absl::Status QuotaReset() {
   return absl::ResourceExhaustedError("Received RST_STREAM with error code 11");
 }
 
+// gRPC 1.51 tells a reset by the quota from a size refusal only by its text.
+TEST(ResetByTransportQuotaTest, OnlyAResetWithEnhanceYourCalm) {
+  EXPECT_TRUE(ResetByTransportQuota(QuotaReset()));
+  EXPECT_FALSE(ResetByTransportQuota(
+      absl::UnavailableError("Received RST_STREAM with error code 11")));
+  EXPECT_FALSE(ResetByTransportQuota(
+      absl::ResourceExhaustedError("Received RST_STREAM with error code 2")));
+  EXPECT_FALSE(ResetByTransportQuota(absl::ResourceExhaustedError(
+      "Received message larger than max (Received RST_STREAM with error code "
+      "11)")));
+}
+
 TEST(RetriableTest, UnavailableUnlessTheServerSaidNever) {
   const absl::Status unavailable = absl::UnavailableError("draining");
   EXPECT_TRUE(Retriable(unavailable, RetryAdvice{}));

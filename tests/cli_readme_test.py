@@ -1174,11 +1174,11 @@ class ServerUnderAddressSpaceLimitTest(unittest.TestCase):
     def test_metrics_cost_the_budget_only_what_their_threads_map(self):
         """/metrics' 64 threads take the stacks CivetWeb gives them (Debian's build: 100 KiB, 6.4
         MiB in all), not the 8 MiB of a default thread each, which the server once counted: 512
-        MiB of the limit, some 200 MiB of the budget."""
+        MiB of the limit, 82 MiB of the budget under this one."""
         limit = self.reserve + (1500 << 20)
         without = self.budget_under(limit, "")
         with_metrics = self.budget_under(limit, "127.0.0.1:0")
-        self.assertLessEqual(with_metrics, without)
+        self.assertLessEqual(with_metrics, without + (2 << 20))  # Two start-ups' mappings vary.
         self.assertGreater(with_metrics, without - (16 << 20),
                            f"/metrics took {(without - with_metrics) >> 20} MiB of the budget")
 
