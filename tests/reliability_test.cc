@@ -2178,6 +2178,19 @@ TEST_F(ReliabilityTest, APortInUseIsRefused) {
   EXPECT_EQ(code, 1) << text;
   EXPECT_THAT(text, HasSubstr("cannot listen on " + address));
   EXPECT_TRUE(Transpose(*Connect(*server), 8, 8).ok());
+
+  // The metrics port too, before a backend starts (a GPU's would calibrate).
+  const std::string metrics_address =
+      absl::StrCat("127.0.0.1:", server->metrics_port());
+  const auto [metrics_code, metrics_text] =
+      ServerProcess::RunUntilExit({"--backend=cpu", "--log_level=info",
+                                   "--metrics_address=" + metrics_address},
+                                  absl::Seconds(10));
+  EXPECT_EQ(metrics_code, 1) << metrics_text;
+  EXPECT_THAT(metrics_text,
+              HasSubstr("cannot serve metrics on " + metrics_address +
+                        ": the port is in use"));
+  EXPECT_THAT(metrics_text, Not(HasSubstr("backend cpu")));
 }
 
 // A server on the CUDA backend whose every job after each device's first
