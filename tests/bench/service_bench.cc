@@ -1,7 +1,9 @@
 // service_bench: the client library against the real transpose_server, next to
 // echo_server (the same API and client code with the transpose taken out)
 // measured in the same run on the same machine. Prints a Markdown table; --json
-// writes the figures too.
+// writes the figures too. Its last row is each server process's CPU per call
+// while callers run concurrently: on a host client and servers share, that
+// bounds the concurrent rate.
 //
 //   service_bench [--backend=cpu|cuda] [--reps=9] [--sizes=4096,16384]
 //   [--small_calls=3000]
@@ -11,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -117,10 +120,39 @@ double TimeOne(Endpoint& endpoint, const MatrixView& input,
   return seconds;
 }
 
-// Calls per second from `callers` threads for `duration`.
-double ConcurrentRate(Endpoint& endpoint, const MatrixView& input, int callers,
-                      absl::Duration duration) {
+// CPU seconds `pid` has used so far, its finished threads' included: utime
+// and stime of /proc/PID/stat (-1 where unreadable).
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(file)),
+                   std::istreambuf_iterator<char>());
+  // The command name, in parentheses, may hold spaces; the fields after it
+  // start with the state (field 3), so utime and stime (14, 15) are the 12th
+  // and 13th.
+  const size_t name_end = stat.rfind(')');
+  if (name_end == std::string::npos) return -1;
+  const std::vector<absl::string_view> fields = absl::StrSplit(
+      absl::string_view(stat).substr(name_end + 1), ' ', absl::SkipEmpty());
+  uint64_t utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime)) {
+    return -1;
+  }
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+}
+
+struct ConcurrentRun {
+  double calls_per_second = 0;
+  // The server process's CPU time over the run, per call it answered: with
+  // client and server on one host, the server's share of it bounds the rate.
+  double server_cpu_seconds_per_call = 0;
+};
+
+// `callers` threads calling for `duration`.
+ConcurrentRun RunConcurrently(Endpoint& endpoint, const MatrixView& input,
+                              int callers, absl::Duration duration) {
   std::atomic<uint64_t> calls{0};
+  const double cpu_before = ProcessCpuSeconds(endpoint.process->pid());
   const absl::Time end = absl::Now() + duration;
   std::vector<std::thread> threads;
   const absl::Time start = absl::Now();
@@ -134,7 +166,12 @@ double ConcurrentRate(Endpoint& endpoint, const MatrixView& input, int callers,
     });
   }
   for (std::thread& thread : threads) thread.join();
-  return calls / absl::ToDoubleSeconds(absl::Now() - start);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double cpu = ProcessCpuSeconds(endpoint.process->pid()) - cpu_before;
+  ConcurrentRun run;
+  run.calls_per_second = calls / seconds;
+  run.server_cpu_seconds_per_call = calls > 0 ? cpu / calls : 0;
+  return run;
 }
 
 int Run() {
@@ -269,17 +306,31 @@ int Run() {
         Percentile(device_s, 0.5) * 1e6);
     const int callers = absl::GetFlag(FLAGS_concurrency);
     const absl::Duration duration = absl::GetFlag(FLAGS_concurrent_duration);
-    const double service_rate =
-        ConcurrentRate(service, input, callers, duration);
-    const double echo_rate = ConcurrentRate(echo, input, callers, duration);
+    const ConcurrentRun service_run =
+        RunConcurrently(service, input, callers, duration);
+    const ConcurrentRun echo_run =
+        RunConcurrently(echo, input, callers, duration);
     std::printf(
         "| float32 64x64 unary, %d concurrent callers: calls/s | %.0f | %.0f | "
         "%.1f%% | |\n",
-        callers, service_rate, echo_rate, 100 * service_rate / echo_rate);
-    absl::StrAppend(&json,
-                    absl::StrFormat("  \"small_unary_concurrent_calls_per_s\": "
-                                    "{\"service\": %.1f, \"echo\": %.1f}\n",
-                                    service_rate, echo_rate));
+        callers, service_run.calls_per_second, echo_run.calls_per_second,
+        100 * service_run.calls_per_second / echo_run.calls_per_second);
+    std::printf(
+        "| float32 64x64 unary, %d concurrent callers: server process CPU per "
+        "call (µs) | %.1f | %.1f | %.2fx | |\n",
+        callers, service_run.server_cpu_seconds_per_call * 1e6,
+        echo_run.server_cpu_seconds_per_call * 1e6,
+        service_run.server_cpu_seconds_per_call /
+            echo_run.server_cpu_seconds_per_call);
+    absl::StrAppend(
+        &json,
+        absl::StrFormat("  \"small_unary_concurrent_calls_per_s\": "
+                        "{\"service\": %.1f, \"echo\": %.1f},\n"
+                        "  \"small_unary_concurrent_server_cpu_us_per_call\": "
+                        "{\"service\": %.2f, \"echo\": %.2f}\n",
+                        service_run.calls_per_second, echo_run.calls_per_second,
+                        service_run.server_cpu_seconds_per_call * 1e6,
+                        echo_run.server_cpu_seconds_per_call * 1e6));
   }
   json += "}\n";
   if (!absl::GetFlag(FLAGS_json).empty())
