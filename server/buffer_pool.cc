@@ -123,6 +123,7 @@ absl::StatusOr<BufferPool::Buffer> BufferPool::Acquire(size_t bytes) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   allocated_bytes_ += capacity;
+  AllocatedBytesChanged();
   buffer.data_ = static_cast<uint8_t*>(*data);
   buffer.capacity_ = capacity;
   return buffer;
@@ -151,6 +152,7 @@ void BufferPool::Release(uint8_t* data, size_t capacity) {
       idle_bytes_ += capacity;
     }
     for (const auto& [unused, bytes] : freed) allocated_bytes_ -= bytes;
+    if (!freed.empty()) AllocatedBytesChanged();
   }
   for (const auto& [freed_data, bytes] : freed) {
     allocator_->Free(freed_data, bytes);
@@ -161,6 +163,16 @@ void BufferPool::EraseIdle(IdleByCapacity::iterator it) {
   idle_bytes_ -= it->first;
   idle_by_release_.erase(it->second.released);
   idle_.erase(it);
+}
+
+void BufferPool::AllocatedBytesChanged() {
+  if (observer_) observer_(allocated_bytes_);
+}
+
+void BufferPool::ObserveAllocatedBytes(std::function<void(size_t)> observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  observer_ = std::move(observer);
+  AllocatedBytesChanged();
 }
 
 size_t BufferPool::allocated_bytes() const {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,6 +76,13 @@ class BufferPool {
   size_t allocated_bytes() const;
   size_t idle_bytes() const;
 
+  // From now on `observer` gets allocated_bytes() each time it changes, and
+  // once now. It runs under the pool's lock, so calls come in order and the
+  // last one has the current figure; it must be quick and must not use the
+  // pool. A gauge set this way costs a request that reuses buffers nothing,
+  // where reading the pool after each request would take its lock again.
+  void ObserveAllocatedBytes(std::function<void(size_t)> observer);
+
  private:
   void Release(uint8_t* data, size_t capacity);
 
@@ -88,6 +96,8 @@ class BufferPool {
   using IdleByCapacity = std::multimap<size_t, Idle>;
   // Erases `it` from both indexes. Under mutex_.
   void EraseIdle(IdleByCapacity::iterator it);
+  // Tells observer_ allocated_bytes_. Under mutex_.
+  void AllocatedBytesChanged();
 
   IdleByCapacity idle_;
   // The same buffers by `released`, for the displacement.
@@ -95,6 +105,7 @@ class BufferPool {
   uint64_t releases_ = 0;
   size_t idle_bytes_ = 0;
   size_t allocated_bytes_ = 0;
+  std::function<void(size_t)> observer_;
 };
 
 }  // namespace transpose

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "server/core/process.h"
@@ -167,5 +168,31 @@ TEST(BufferPoolTest, MovedBufferIsReleasedOnce) {
   EXPECT_EQ(frees, 1);
 }
 
+// The observer sees every change of the allocated bytes, in order, and nothing
+// when a request reuses an idle buffer: a backend's memory gauge, set from it,
+// stays right without reading the pool after every request.
+TEST(BufferPoolTest, TellsItsObserverEachChangeOfTheAllocatedBytes) {
+  int allocations = 0, frees = 0;
+  BufferPool pool(std::make_unique<CountingAllocator>(&allocations, &frees),
+                  /*max_idle_bytes=*/3 << 20);
+  std::vector<size_t> seen;
+  pool.ObserveAllocatedBytes([&seen](size_t bytes) { seen.push_back(bytes); });
+  EXPECT_EQ(seen, std::vector<size_t>({0}));  // The figure at once.
+  {
+    absl::StatusOr<BufferPool::Buffer> a = pool.Acquire(1 << 20);
+    absl::StatusOr<BufferPool::Buffer> b = pool.Acquire(2 << 20);
+    ASSERT_TRUE(a.ok() && b.ok());
+  }
+  EXPECT_EQ(seen, std::vector<size_t>({0, 1 << 20, 3 << 20}));
+  for (int i = 0; i < 5; ++i) {  // Reused: no change, no call.
+    ASSERT_TRUE(pool.Acquire(2 << 20).ok());
+  }
+  EXPECT_EQ(seen.size(), 3u);
+  // A larger buffer displaces both idle ones when released: one change.
+  ASSERT_TRUE(pool.Acquire(3 << 20).ok());
+  EXPECT_EQ(seen, std::vector<size_t>({0, 1 << 20, 3 << 20, 6 << 20, 3 << 20}));
+  EXPECT_EQ(seen.back(), pool.allocated_bytes());
+  EXPECT_EQ(frees, 2);
+}
 }  // namespace
 }  // namespace transpose

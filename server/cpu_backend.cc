@@ -103,7 +103,6 @@ class CpuBackend::Job final : public TransposeJob {
     }
     input_.Reset();
     output_.Reset();
-    backend_.UpdateMemoryGauge();
   }
 
   absl::Span<const uint8_t> output() const override { return output_.span(); }
@@ -392,6 +391,10 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options, Metrics& metrics)
   info_.kernel_names = {kKernelName};
   series_ = metrics_.AddBackend(info_.name, info_.kernel_names);
   series_->peak_bandwidth->Set(info_.copy_bandwidth_bytes_per_second);
+  buffers_.ObserveAllocatedBytes([series = series_](size_t bytes) {
+    series->device_memory_used_bytes->Set(static_cast<double>(bytes));
+    series->host_memory_used_bytes->Set(static_cast<double>(bytes));
+  });
 }
 
 absl::Status CpuBackend::CanRun(const TransposeSpec& spec) const {
@@ -416,17 +419,8 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CpuBackend::CreateJob(
   }
   TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer output,
                              buffers_.Acquire(bytes));
-  UpdateMemoryGauge();
   return std::make_unique<Job>(*this, spec, bytes, from_pieces,
                                std::move(input), std::move(output));
-}
-
-void CpuBackend::UpdateMemoryGauge() {
-  // Read and set together, or an older reading could overwrite a newer one.
-  std::lock_guard<std::mutex> lock(gauge_mutex_);
-  const double allocated = static_cast<double>(buffers_.allocated_bytes());
-  series_->device_memory_used_bytes->Set(allocated);
-  series_->host_memory_used_bytes->Set(allocated);
 }
 
 }  // namespace transpose

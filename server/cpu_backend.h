@@ -49,15 +49,12 @@ class CpuBackend final : public Backend {
  private:
   class Job;
 
-  // Publishes what the buffer pool holds (in use and idle).
-  void UpdateMemoryGauge();
-
   const CpuBackendOptions options_;
   BackendInfo info_;
   Metrics& metrics_;
   Metrics::BackendSeries* series_;
+  // Its allocated bytes (in use and idle) are the memory gauges' figure.
   BufferPool buffers_;
-  std::mutex gauge_mutex_;
   std::atomic<int> load_{0};
   // Last member: its destructor runs the queued jobs while the rest still
   // exists.

@@ -180,8 +180,6 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> AllocateOnDevice(uint64_t bytes, cudaStream_t stream);
   // Publishes what device_pool_ holds from the device.
   void UpdateDeviceMemoryGauge();
-  // Publishes what pinned_ holds from the host.
-  void UpdatePinnedMemoryGauge();
   // Runs one job on a stream thread (or fails it at once, on any thread, once
   // the device is out of service): copy in, transpose, copy out, wait. With
   // `output` apart from `input` (both pinned), the kernel reads and writes the
@@ -211,9 +209,8 @@ class CudaBackend final : public Backend {
   // Before pinned_, whose allocator reads it until the pool is gone.
   std::atomic<bool> healthy_{true};
   std::atomic<int> load_{0};
+  // Its allocated bytes are the host memory gauge's figure.
   BufferPool pinned_;
-  // Orders pinned_'s readings with their publication.
-  std::mutex pinned_gauge_mutex_;
   std::vector<Slot> slots_;
   std::mutex mutex_;
   std::vector<Slot*> free_slots_;
@@ -242,7 +239,6 @@ class CudaBackend::Job final : public TransposeJob {
   ~Job() override {
     host_.Reset();
     mapped_output_.Reset();
-    backend_.UpdatePinnedMemoryGauge();
   }
 
   void AppendInput(absl::Span<const absl::string_view> pieces,
@@ -400,6 +396,9 @@ absl::Status CudaBackend::Init() {
 
   series_ = metrics_.AddBackend(info_.name, info_.kernel_names);
   series_->peak_bandwidth->Set(info_.copy_bandwidth_bytes_per_second);
+  pinned_.ObserveAllocatedBytes([series = series_](size_t bytes) {
+    series->host_memory_used_bytes->Set(static_cast<double>(bytes));
+  });
   workers_ = std::make_unique<WorkerPool>(
       info_.streams, [device = device_](int) { cudaSetDevice(device); },
       options_.stream_thread_spin);
@@ -481,9 +480,6 @@ absl::StatusOr<std::unique_ptr<TransposeJob>> CudaBackend::CreateJob(
   if (!healthy()) {
     return OutOfServiceError();
   }
-  // After the buffers on every path: one may be new even where the other
-  // fails.
-  absl::Cleanup publish = [this] { UpdatePinnedMemoryGauge(); };
   TRANSPOSE_ASSIGN_OR_RETURN(BufferPool::Buffer host, pinned_.Acquire(bytes));
   BufferPool::Buffer mapped_output;
   if (bytes <= mapped_max_bytes_) {
@@ -589,12 +585,6 @@ void CudaBackend::UpdateDeviceMemoryGauge() {
                               &reserved) == cudaSuccess) {
     series_->device_memory_used_bytes->Set(static_cast<double>(reserved));
   }
-}
-
-void CudaBackend::UpdatePinnedMemoryGauge() {
-  std::lock_guard<std::mutex> lock(pinned_gauge_mutex_);
-  series_->host_memory_used_bytes->Set(
-      static_cast<double>(pinned_.allocated_bytes()));
 }
 
 absl::Status CudaBackend::Execute(const TransposeSpec& spec, uint64_t bytes,
