@@ -81,6 +81,7 @@ class BufferPool {
   // last one has the current figure; it must be quick and must not use the
   // pool. A gauge set this way costs a request that reuses buffers nothing,
   // where reading the pool after each request would take its lock again.
+  // Freed bytes leave the figure just before the allocator frees them.
   void ObserveAllocatedBytes(std::function<void(size_t)> observer);
 
  private:

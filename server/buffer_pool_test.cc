@@ -194,5 +194,6 @@ TEST(BufferPoolTest, TellsItsObserverEachChangeOfTheAllocatedBytes) {
   EXPECT_EQ(seen.back(), pool.allocated_bytes());
   EXPECT_EQ(frees, 2);
 }
+
 }  // namespace
 }  // namespace transpose

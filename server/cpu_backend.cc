@@ -391,10 +391,13 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options, Metrics& metrics)
   info_.kernel_names = {kKernelName};
   series_ = metrics_.AddBackend(info_.name, info_.kernel_names);
   series_->peak_bandwidth->Set(info_.copy_bandwidth_bytes_per_second);
-  buffers_.ObserveAllocatedBytes([series = series_](size_t bytes) {
-    series->device_memory_used_bytes->Set(static_cast<double>(bytes));
-    series->host_memory_used_bytes->Set(static_cast<double>(bytes));
-  });
+  // The gauges, not series_: the registry keeps them for the process's life.
+  buffers_.ObserveAllocatedBytes(
+      [device = series_->device_memory_used_bytes,
+       host = series_->host_memory_used_bytes](size_t bytes) {
+        device->Set(static_cast<double>(bytes));
+        host->Set(static_cast<double>(bytes));
+      });
 }
 
 absl::Status CpuBackend::CanRun(const TransposeSpec& spec) const {

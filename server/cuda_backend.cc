@@ -396,9 +396,11 @@ absl::Status CudaBackend::Init() {
 
   series_ = metrics_.AddBackend(info_.name, info_.kernel_names);
   series_->peak_bandwidth->Set(info_.copy_bandwidth_bytes_per_second);
-  pinned_.ObserveAllocatedBytes([series = series_](size_t bytes) {
-    series->host_memory_used_bytes->Set(static_cast<double>(bytes));
-  });
+  // The gauge, not series_: the registry keeps it for the process's life.
+  pinned_.ObserveAllocatedBytes(
+      [host = series_->host_memory_used_bytes](size_t bytes) {
+        host->Set(static_cast<double>(bytes));
+      });
   workers_ = std::make_unique<WorkerPool>(
       info_.streams, [device = device_](int) { cudaSetDevice(device); },
       options_.stream_thread_spin);
