@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -121,8 +122,8 @@ double TimeOne(Endpoint& endpoint, const MatrixView& input,
 }
 
 // CPU seconds `pid` has used so far, its finished threads' included: utime
-// and stime of /proc/PID/stat (-1 where unreadable).
-double ProcessCpuSeconds(pid_t pid) {
+// and stime of /proc/PID/stat. Nullopt where unreadable.
+std::optional<double> ProcessCpuSeconds(pid_t pid) {
   std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
   std::string stat((std::istreambuf_iterator<char>(file)),
                    std::istreambuf_iterator<char>());
@@ -130,29 +131,33 @@ double ProcessCpuSeconds(pid_t pid) {
   // start with the state (field 3), so utime and stime (14, 15) are the 12th
   // and 13th.
   const size_t name_end = stat.rfind(')');
-  if (name_end == std::string::npos) return -1;
+  if (name_end == std::string::npos) return std::nullopt;
   const std::vector<absl::string_view> fields = absl::StrSplit(
       absl::string_view(stat).substr(name_end + 1), ' ', absl::SkipEmpty());
   uint64_t utime = 0, stime = 0;
   if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
       !absl::SimpleAtoi(fields[12], &stime)) {
-    return -1;
+    return std::nullopt;
   }
   return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
 struct ConcurrentRun {
-  double calls_per_second = 0;
-  // The server process's CPU time over the run, per call it answered: with
-  // client and server on one host, the server's share of it bounds the rate.
-  double server_cpu_seconds_per_call = 0;
+  double calls_per_second = 0;  // Of the calls that succeeded.
+  uint64_t failed = 0;
+  // The server process's CPU time over the run per call it answered (nullopt
+  // where unreadable, or with no call answered): with client and server on
+  // one host, the server's share of the CPU bounds the rate. Failed calls'
+  // CPU counts too, so failures make it read high.
+  std::optional<double> server_cpu_seconds_per_call;
 };
 
 // `callers` threads calling for `duration`.
 ConcurrentRun RunConcurrently(Endpoint& endpoint, const MatrixView& input,
                               int callers, absl::Duration duration) {
-  std::atomic<uint64_t> calls{0};
-  const double cpu_before = ProcessCpuSeconds(endpoint.process->pid());
+  std::atomic<uint64_t> calls{0}, failed{0};
+  const std::optional<double> cpu_before =
+      ProcessCpuSeconds(endpoint.process->pid());
   const absl::Time end = absl::Now() + duration;
   std::vector<std::thread> threads;
   const absl::Time start = absl::Now();
@@ -160,18 +165,32 @@ ConcurrentRun RunConcurrently(Endpoint& endpoint, const MatrixView& input,
     threads.emplace_back([&] {
       std::vector<uint8_t> output(input.data.size());
       while (absl::Now() < end) {
-        if (endpoint.client->TransposeInto(input, absl::MakeSpan(output)).ok())
+        if (endpoint.client->TransposeInto(input, absl::MakeSpan(output))
+                .ok()) {
           ++calls;
+        } else {
+          ++failed;
+        }
       }
     });
   }
   for (std::thread& thread : threads) thread.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  const double cpu = ProcessCpuSeconds(endpoint.process->pid()) - cpu_before;
+  const std::optional<double> cpu_after =
+      ProcessCpuSeconds(endpoint.process->pid());
   ConcurrentRun run;
   run.calls_per_second = calls / seconds;
-  run.server_cpu_seconds_per_call = calls > 0 ? cpu / calls : 0;
+  run.failed = failed;
+  if (cpu_before.has_value() && cpu_after.has_value() && calls > 0) {
+    run.server_cpu_seconds_per_call = (*cpu_after - *cpu_before) / calls;
+  }
   return run;
+}
+
+// A figure in microseconds for the table and the JSON, or "n/a" and "null".
+std::string Micros(std::optional<double> seconds, bool json) {
+  if (!seconds.has_value()) return json ? "null" : "n/a";
+  return absl::StrFormat(json ? "%.2f" : "%.1f", *seconds * 1e6);
 }
 
 int Run() {
@@ -204,6 +223,7 @@ int Run() {
       "--pipelined |\n"
       "|---|---|---|---|---|\n");
   std::string json = "{\n";
+  int exit_code = 0;
 
   std::mt19937 rng(7);
   for (absl::string_view edge_text :
@@ -310,32 +330,54 @@ int Run() {
         RunConcurrently(service, input, callers, duration);
     const ConcurrentRun echo_run =
         RunConcurrently(echo, input, callers, duration);
-    std::printf(
-        "| float32 64x64 unary, %d concurrent callers: calls/s | %.0f | %.0f | "
-        "%.1f%% | |\n",
-        callers, service_run.calls_per_second, echo_run.calls_per_second,
+    const auto failures = [](const ConcurrentRun& run) {
+      return run.failed == 0 ? std::string()
+                             : absl::StrFormat(" (%d failed)", run.failed);
+    };
+    absl::PrintF(
+        "| float32 64x64 unary, %d concurrent callers: calls/s | %.0f%s | "
+        "%.0f%s | %.1f%% | |\n",
+        callers, service_run.calls_per_second, failures(service_run),
+        echo_run.calls_per_second, failures(echo_run),
         100 * service_run.calls_per_second / echo_run.calls_per_second);
-    std::printf(
+    const std::optional<double> service_cpu =
+        service_run.server_cpu_seconds_per_call;
+    const std::optional<double> echo_cpu = echo_run.server_cpu_seconds_per_call;
+    absl::PrintF(
         "| float32 64x64 unary, %d concurrent callers: server process CPU per "
-        "call (µs) | %.1f | %.1f | %.2fx | |\n",
-        callers, service_run.server_cpu_seconds_per_call * 1e6,
-        echo_run.server_cpu_seconds_per_call * 1e6,
-        service_run.server_cpu_seconds_per_call /
-            echo_run.server_cpu_seconds_per_call);
+        "call (µs) | %s | %s | %s | |\n",
+        callers, Micros(service_cpu, false), Micros(echo_cpu, false),
+        service_cpu.has_value() && echo_cpu.has_value() && *echo_cpu > 0
+            ? absl::StrFormat("%.2fx", *service_cpu / *echo_cpu)
+            : "n/a");
     absl::StrAppend(
         &json,
         absl::StrFormat("  \"small_unary_concurrent_calls_per_s\": "
                         "{\"service\": %.1f, \"echo\": %.1f},\n"
+                        "  \"small_unary_concurrent_failed_calls\": "
+                        "{\"service\": %d, \"echo\": %d},\n"
                         "  \"small_unary_concurrent_server_cpu_us_per_call\": "
-                        "{\"service\": %.2f, \"echo\": %.2f}\n",
+                        "{\"service\": %s, \"echo\": %s}\n",
                         service_run.calls_per_second, echo_run.calls_per_second,
-                        service_run.server_cpu_seconds_per_call * 1e6,
-                        echo_run.server_cpu_seconds_per_call * 1e6));
+                        service_run.failed, echo_run.failed,
+                        Micros(service_cpu, true), Micros(echo_cpu, true)));
+    // The figures are out; a run that lost calls or could not read the
+    // servers' CPU still says so in its exit code.
+    if (service_run.failed + echo_run.failed > 0) {
+      absl::FPrintF(stderr, "service_bench: %d concurrent calls failed\n",
+                    service_run.failed + echo_run.failed);
+      exit_code = 1;
+    }
+    if (!service_cpu.has_value() || !echo_cpu.has_value()) {
+      std::fprintf(stderr,
+                   "service_bench: could not read a server's CPU time\n");
+      exit_code = 1;
+    }
   }
   json += "}\n";
   if (!absl::GetFlag(FLAGS_json).empty())
     std::ofstream(absl::GetFlag(FLAGS_json)) << json;
-  return 0;
+  return exit_code;
 }
 
 }  // namespace
