@@ -190,7 +190,8 @@ ConcurrentRun RunConcurrently(Endpoint& endpoint, const MatrixView& input,
 // A figure in microseconds for the table and the JSON, or "n/a" and "null".
 std::string Micros(std::optional<double> seconds, bool json) {
   if (!seconds.has_value()) return json ? "null" : "n/a";
-  return absl::StrFormat(json ? "%.2f" : "%.1f", *seconds * 1e6);
+  return json ? absl::StrFormat("%.2f", *seconds * 1e6)
+              : absl::StrFormat("%.1f", *seconds * 1e6);
 }
 
 int Run() {
